@@ -1,0 +1,1 @@
+"""Roles (solver, critic, teacher) and the model backends (policies) they call."""

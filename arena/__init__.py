@@ -1,0 +1,1 @@
+"""Orchestration: CLI, config, task sources, the LangGraph episode graph, the session runner."""

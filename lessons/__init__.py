@@ -1,0 +1,1 @@
+"""The lesson library: SQLAlchemy models, store, curation ops, migrations."""

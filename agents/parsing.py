@@ -1,0 +1,131 @@
+"""Parse untrusted model text into a pydantic model: strip fences, extract JSON, validate, retry once.
+
+Small and remote models alike return JSON wrapped in code fences, followed by chatter,
+truncated mid-object, or with wrong types. :func:`extract_json_object` recovers the first
+balanced JSON object (closing a truncated one where that is unambiguous);
+:func:`parse_with_retry` validates it and, on failure, asks the model once more with the
+validation error shown, then gives up and returns the failure for the caller to record
+(the pattern tau2-bench #555 and gepa #390 argue for: never crash the session on a bad reply).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)(?:```|$)", re.S)
+
+
+class ParseError(ValueError):
+    """The text holds no JSON object that validates; the message says what is wrong (one line)."""
+
+
+def strip_code_fences(text: str) -> str:
+    """The content of the first fenced block (```json … ```), or ``text`` unchanged if none."""
+    m = _FENCE.search(text)
+    return m.group(1) if m else text
+
+
+def _close_truncated(fragment: str) -> str:
+    """Close an object cut off mid-way: end an open string, then close open brackets in order."""
+    stack: list[str] = []
+    in_str = esc = False
+    for ch in fragment:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
+    out = fragment + ('"' if in_str else "")
+    out = re.sub(r",\s*$", "", out)  # a dangling comma before the closers
+    out = re.sub(r':\s*$', ": null", out)
+    return out + "".join(reversed(stack))
+
+
+def extract_json_object(text: str) -> dict:
+    """The first JSON object in ``text``.
+
+    Handles code fences, prose before/after the object, and an object truncated at the end
+    of the text (max tokens reached). Raises :class:`ParseError` when there is none.
+    """
+    body = strip_code_fences(text)
+    start = body.find("{")
+    if start < 0:
+        raise ParseError("no JSON object found in the reply")
+    decoder = json.JSONDecoder()
+    try:
+        obj, _ = decoder.raw_decode(body[start:])
+    except json.JSONDecodeError:
+        try:
+            obj = json.loads(_close_truncated(body[start:]))
+        except json.JSONDecodeError as e:
+            raise ParseError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(obj, dict):
+        raise ParseError(f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def parse_model(text: str, model: type[M]) -> M:
+    """Extract the JSON object from ``text`` and validate it as ``model``.
+
+    Raises:
+        ParseError: no object, invalid JSON, or a validation error (summarised on one line).
+    """
+    obj = extract_json_object(text)
+    try:
+        return model.model_validate(obj)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'object'}: {err['msg']}" for err in e.errors()[:5])
+        raise ParseError(f"does not match the schema: {problems}") from None
+
+
+@dataclass
+class ParseOutcome(Generic[M]):
+    """The result of :func:`parse_with_retry`: ``value`` or ``error``, plus every raw reply."""
+
+    value: M | None
+    error: str | None
+    raw: list[str]
+
+    @property
+    def attempts(self) -> int:
+        return len(self.raw)
+
+
+def parse_with_retry(ask: Callable[[str | None], str], model: type[M], retries: int = 1) -> ParseOutcome[M]:
+    """Ask the model, parse the reply as ``model``; on failure ask again with the error shown.
+
+    Args:
+        ask: called with ``None`` the first time and with the previous error message on a
+            retry; returns the model's raw text.
+        model: the pydantic model the reply must validate against.
+        retries: extra attempts after the first (1 by default).
+
+    Returns:
+        A :class:`ParseOutcome`; never raises on bad model output.
+    """
+    raw: list[str] = []
+    error: str | None = None
+    for _ in range(1 + retries):
+        text = ask(error)
+        raw.append(text)
+        try:
+            return ParseOutcome(parse_model(text, model), None, raw)
+        except ParseError as e:
+            error = str(e)
+    return ParseOutcome(None, error, raw)

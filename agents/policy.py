@@ -1,0 +1,123 @@
+"""The `Policy` interface every model backend implements, and the errors they raise.
+
+A policy samples completions for a chat (a list of ``{"role", "content"}`` messages) and,
+where the backend can, scores a given completion token by token. The roles (solver, critic,
+teacher) only talk to this interface, so tests inject a deterministic fake and the app
+injects the local torch model or an OpenAI-compatible endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+
+
+class PolicyError(RuntimeError):
+    """A backend failed in a way the user can act on (unreachable endpoint, unknown model).
+
+    The message is one line meant for stderr; the CLI prints it and exits with code 2.
+    """
+
+
+class LogprobsUnavailable(PolicyError):
+    """The backend cannot score an arbitrary completion (e.g. a chat API without echo)."""
+
+
+@dataclass
+class Completion:
+    """One sampled completion.
+
+    Attributes:
+        text: the completion text, stop sequence and end-of-turn token removed.
+        token_ids: completion token ids (length T) where the backend exposes them, else ``[]``.
+        logprobs: per-token sampling log-probs (length T, natural log) under the sampling
+            context where the backend exposes them, else ``None``.
+        finish_reason: ``"stop"`` (end of turn or a stop sequence) or ``"length"`` (max tokens).
+        prompt_tokens: number of prompt tokens (0 where unknown).
+    """
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None
+    finish_reason: str = "stop"
+    prompt_tokens: int = 0
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids) if self.token_ids else max(1, len(self.text.split()))
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A chat model the roles can sample from.
+
+    Implementations: :class:`agents.local.LocalPolicy` (SmolLM2 in torch),
+    :class:`agents.openai_backend.OpenAIPolicy` (any OpenAI-compatible server),
+    :class:`agents.fake.FakePolicy` (deterministic, for tests).
+    """
+
+    name: str
+
+    def sample(
+        self,
+        messages: Sequence[Message],
+        n: int = 1,
+        temperature: float = 0.7,
+        max_tokens: int = 256,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """Sample ``n`` completions of one chat (one batched call where the backend allows).
+
+        Args:
+            messages: the chat, system message first if any.
+            n: number of completions (the group size k for the solver).
+            temperature: sampling temperature; 0 means greedy decoding.
+            max_tokens: cap on completion tokens per completion.
+            stop: strings that end a completion (not included in the text).
+            seed: makes sampling reproducible where the backend supports it.
+
+        Returns:
+            ``n`` :class:`Completion` objects in sampling order.
+
+        Raises:
+            PolicyError: the backend is unreachable or misconfigured.
+        """
+        ...
+
+    def logprobs(self, messages: Sequence[Message], completion: str) -> list[float]:
+        """Per-token log-probs of ``completion`` as the assistant reply to ``messages``.
+
+        Returns a list of length T (completion tokens, natural log, float). Raises
+        :class:`LogprobsUnavailable` where the backend cannot score arbitrary text.
+        """
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens ``text`` takes in this policy's tokenizer (approximate for remote models)."""
+        ...
+
+
+def sample_many(
+    policy: Policy,
+    chats: Sequence[Sequence[Message]],
+    temperature: float,
+    max_tokens: int,
+    stop: Sequence[str] | None = None,
+    seed: int | None = None,
+) -> list[Completion]:
+    """One completion per chat, batched across chats where the policy has ``sample_batch``.
+
+    Used for held-out evaluation (greedy pass@1 over many tasks). Falls back to one
+    ``sample`` call per chat.
+    """
+    batch: Callable | None = getattr(policy, "sample_batch", None)
+    if batch is not None:
+        return batch(chats, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
+    return [
+        policy.sample(chat, n=1, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)[0]
+        for chat in chats
+    ]

@@ -1,0 +1,82 @@
+"""The solver role: builds the solver's chat (system prompt with lessons, then the task) and samples a group.
+
+Lessons are data in the prompt (Karpathy's "system prompt learning"): a numbered list inside
+a clearly delimited ``<lessons>`` section, cut to a token budget counted with the solver's
+own tokenizer, so the prompt never grows with the library.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from agents.policy import Completion, Message, Policy
+
+# Must make the model reason briefly and end with a machine-readable answer tag.
+SOLVER_SYSTEM = (
+    "You are a careful problem solver. Think step by step but briefly, "
+    "then give the final answer on the last line as <answer>ANSWER</answer>."
+)
+
+# Introduces the lessons as advice (data), not as instructions that override the task.
+LESSONS_HEADER = "Lessons learned from earlier attempts at similar tasks:"
+
+_CONTROL = re.compile(r"<\|[^|>]*\|>|</?\s*lessons\s*>", re.I)
+
+
+def sanitise_lesson(text: str) -> str:
+    """Lesson text as it may appear in a prompt: no chat-control tokens, no section tags, one line."""
+    return re.sub(r"\s+", " ", _CONTROL.sub(" ", text)).strip()
+
+
+@dataclass(frozen=True)
+class LessonView:
+    """What the solver needs of a lesson: its id and text (a read-only view of the library row)."""
+
+    lesson_id: str
+    text: str
+
+
+def render_lessons(
+    lessons: Sequence[LessonView], budget_tokens: int, count_tokens: Callable[[str], int]
+) -> tuple[str, list[str]]:
+    """The ``<lessons>`` section holding as many of ``lessons`` (best first) as fit the budget.
+
+    Args:
+        lessons: candidate lessons, already ranked best first.
+        budget_tokens: cap on the section's size in the solver's tokens (``--lesson-tokens``).
+        count_tokens: the solver's tokenizer count.
+
+    Returns:
+        ``(section, ids)``: the section text ("" when nothing fits or nothing is given) and
+        the ids of the lessons it includes, in prompt order. A lesson that does not fit is
+        skipped and smaller ones after it may still fit.
+    """
+    if budget_tokens <= 0 or not lessons:
+        return "", []
+    chosen: list[LessonView] = []
+
+    def section(items: Sequence[LessonView]) -> str:
+        lines = "\n".join(f"{i}. {sanitise_lesson(les.text)}" for i, les in enumerate(items, 1))
+        return f"{LESSONS_HEADER}\n<lessons>\n{lines}\n</lessons>"
+
+    for les in lessons:
+        if count_tokens(section([*chosen, les])) <= budget_tokens:
+            chosen.append(les)
+    if not chosen:
+        return "", []
+    return section(chosen), [les.lesson_id for les in chosen]
+
+
+def solver_messages(question: str, lessons_section: str = "") -> list[Message]:
+    """The solver's chat for one task: system prompt (+ lessons section), then the question."""
+    system = SOLVER_SYSTEM if not lessons_section else f"{SOLVER_SYSTEM}\n\n{lessons_section}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+
+
+def solve(
+    policy: Policy, messages: Sequence[Message], k: int, temperature: float, max_tokens: int, seed: int | None
+) -> list[Completion]:
+    """Sample the group: ``k`` rollouts of one chat in one batched call (where the backend allows)."""
+    return policy.sample(messages, n=k, temperature=temperature, max_tokens=max_tokens, seed=seed)

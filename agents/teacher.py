@@ -1,0 +1,174 @@
+"""The teacher role: reflects on a whole group of rollouts with their rewards and proposes curation ops.
+
+This is the "review/reflect" step of Karpathy's system prompt learning, with the group view of
+Training-Free GRPO (compare successes and failures of the same task) and ACE/ExpeL-style
+structured ops. The reply is untrusted: it is parsed by :func:`agents.parsing.parse_with_retry`
+(fences stripped, JSON extracted, pydantic-validated, one retry showing the error), then each
+proposed lesson is checked again here: it must be general (no reference answer, no numbers
+copied from the task) and tags may only name lessons that were in context.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agents.parsing import parse_with_retry
+from agents.policy import Message, Policy
+from lessons.ops import Reflection
+
+# Must make the teacher compare the group's attempts and return ONLY the JSON object below.
+TEACHER_SYSTEM = """You are a teacher. A student attempted one task several times; each attempt has a reward (1 = correct, 0 = wrong) and a critique.
+Compare the good and bad attempts and write at most 2 GENERAL lessons that would help the student on OTHER tasks of the same kind.
+A lesson is one short imperative sentence of advice. Never include numbers or answers from this particular task.
+Also tag each lesson that was shown to the student as helpful, harmful or neutral.
+Reply with ONE JSON object and nothing else:
+{"analysis": "<one sentence>", "add": [{"text": "<lesson>", "scope": "<task family or global>"}], "tags": [{"lesson_id": "<id>", "tag": "helpful|harmful|neutral"}]}"""
+
+# Shown on the retry: the validation error of the first reply.
+TEACHER_RETRY = "Your reply could not be used: {error}. Reply again with ONLY the JSON object described above."
+
+# The local model is steered into the schema by starting its reply (prefill).
+TEACHER_PREFILL = '{"analysis": "'
+
+MAX_ADDS = 2  # lessons a single reflection may add
+
+
+@dataclass
+class RolloutView:
+    """What the teacher sees of one rollout (never the reference answer)."""
+
+    completion: str
+    reward: float
+    critique: str
+
+
+@dataclass
+class ReflectResult:
+    """The outcome of one reflection: validated ops (or None), raw replies, and what was rejected."""
+
+    reflection: Reflection | None
+    raw: list[str]
+    error: str | None
+    rejected: list[str] = field(default_factory=list)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def reflect_messages(
+    family: str, question: str, rollouts: Sequence[RolloutView], lessons_shown: Sequence[tuple[str, str]]
+) -> list[Message]:
+    """The teacher's chat: the task, every rollout with reward and critique, and the lessons shown."""
+    lines = [f"Task family: {family}", f"Task: {_clip(question, 600)}", "Attempts:"]
+    for i, r in enumerate(rollouts, 1):
+        lines.append(f"{i}. reward {r.reward:g} | {json.dumps(_clip(r.completion, 300))} | critique: {r.critique}")
+    if lessons_shown:
+        lines.append("Lessons shown to the student:")
+        lines += [f"- {lid}: {json.dumps(text)}" for lid, text in lessons_shown]
+    else:
+        lines.append("Lessons shown to the student: none")
+    lines.append("Write the JSON object now.")
+    return [{"role": "system", "content": TEACHER_SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
+
+
+def _numbers(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])", text))
+
+
+def screen_reflection(
+    reflection: Reflection,
+    family: str,
+    question: str,
+    reference_answer: str | None,
+    lessons_shown: Sequence[str],
+) -> tuple[Reflection, list[str]]:
+    """Keep only the ops that are safe to apply; return the screened reflection and the reasons for rejections.
+
+    Rules: at most :data:`MAX_ADDS` adds; an added lesson must not contain the reference
+    answer or any number that appears in the task (lessons are general, and the reference
+    answer never reaches a lesson); its scope is the task's family or ``global``; tags must
+    name a lesson that was in context (one tag per lesson, first wins).
+    """
+    rejected: list[str] = []
+    task_numbers = _numbers(question)
+    adds = []
+    for op in reflection.add:
+        text = op.text
+        if reference_answer and re.search(rf"(?<![\w.]){re.escape(reference_answer.strip())}(?![\w.])", text):
+            rejected.append(f"ADD rejected (contains the reference answer): {text!r}")
+            continue
+        leaked = _numbers(text) & task_numbers
+        if leaked:
+            rejected.append(f"ADD rejected (task-specific numbers {sorted(leaked)}): {text!r}")
+            continue
+        if op.scope not in {family, "global"}:
+            op = op.model_copy(update={"scope": family})
+        if len(adds) >= MAX_ADDS:
+            rejected.append(f"ADD rejected (more than {MAX_ADDS} per reflection): {text!r}")
+            continue
+        adds.append(op)
+    tags, seen = [], set()
+    for t in reflection.tags:
+        if t.lesson_id not in lessons_shown:
+            rejected.append(f"tag rejected (lesson {t.lesson_id!r} was not in context)")
+        elif t.lesson_id not in seen:
+            seen.add(t.lesson_id)
+            tags.append(t)
+    return reflection.model_copy(update={"add": adds, "tags": tags}), rejected
+
+
+def reflect(
+    teacher: Policy,
+    family: str,
+    question: str,
+    rollouts: Sequence[RolloutView],
+    lessons_shown: Sequence[tuple[str, str]],
+    reference_answer: str | None = None,
+    temperature: float = 0.3,
+    max_tokens: int = 256,
+    seed: int | None = None,
+) -> ReflectResult:
+    """Ask the teacher for curation ops on one group; validate and screen them.
+
+    Args:
+        teacher: the teacher's policy.
+        family: the task family (the default scope of new lessons).
+        question: the task text.
+        rollouts: the whole group, each with reward and critique.
+        lessons_shown: ``(lesson_id, text)`` of the lessons that were in the solver's context.
+        reference_answer: used only to reject lessons that leak it; never shown to the teacher.
+        temperature, max_tokens, seed: sampling settings for the teacher.
+
+    Returns:
+        A :class:`ReflectResult`. A reply that stays invalid after one retry gives
+        ``reflection=None`` and the error; this function does not raise on bad model output.
+    """
+    base = reflect_messages(family, question, rollouts, lessons_shown)
+    prefill = TEACHER_PREFILL if getattr(teacher, "supports_prefill", False) else ""
+
+    replies: list[str] = []
+
+    def ask(error: str | None) -> str:
+        msgs = list(base)
+        if error is not None and replies:
+            msgs += [
+                {"role": "assistant", "content": replies[-1]},
+                {"role": "user", "content": TEACHER_RETRY.format(error=error)},
+            ]
+        kwargs = {"prefill": prefill} if prefill else {}
+        out = teacher.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=seed, **kwargs)[0]
+        replies.append(prefill + out.text)
+        return replies[-1]
+
+    outcome = parse_with_retry(ask, Reflection, retries=1)
+    if outcome.value is None:
+        return ReflectResult(None, outcome.raw, outcome.error)
+    screened, rejected = screen_reflection(
+        outcome.value, family, question, reference_answer, [lid for lid, _ in lessons_shown]
+    )
+    return ReflectResult(screened, outcome.raw, None, rejected)

@@ -1,0 +1,172 @@
+"""`arena` command line (typer): `arena run` runs a self-play session on the embedded model by default.
+
+Errors a user can cause (unknown family, bad override, unreadable task file, unwritable
+database, unreachable endpoint, invalid flag combination) end in ONE line on stderr and exit
+code 2, never a traceback, and are detected before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    name="arena",
+    help="Lesson Arena: solver, critic and teacher agents that learn lessons from self-play.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def fail(message: str, code: int = EXIT_USER_ERROR) -> typer.Exit:
+    """Print ``arena: error: <message>`` as one line on stderr and return the Exit to raise."""
+    line = " ".join(str(message).split())
+    print(f"arena: error: {line}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+def _quiet_libraries() -> None:
+    """Keep library chatter (conversion progress bars, generation warnings) off the user's terminal."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    import warnings
+
+    warnings.filterwarnings("ignore", category=UserWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def _config_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    field = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"--{field.replace('_', '-')}: {msg}" if field else msg
+
+
+@app.callback()
+def _root() -> None:
+    """Lesson Arena command line."""
+
+
+@app.command()
+def run(
+    db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
+    family: Annotated[
+        Optional[list[str]],
+        typer.Option("--family", help="reasoning-gym family with overrides, e.g. chain_sum:min_terms=2,max_terms=2 (repeatable)."),
+    ] = None,
+    tasks_file: Annotated[Optional[Path], typer.Option(help='JSONL tasks, one {"question", "answer"} per line.')] = None,
+    train_tasks: Annotated[int, typer.Option(help="Train tasks per family (one episode per round each).")] = 8,
+    heldout_tasks: Annotated[int, typer.Option(help="Held-out tasks per family for pass@1 before/after.")] = 32,
+    rounds: Annotated[int, typer.Option(help="Passes over the train tasks.")] = 2,
+    rollouts: Annotated[int, typer.Option(help="Group size k: rollouts per episode.")] = 8,
+    temperature: Annotated[float, typer.Option(help="Solver sampling temperature for rollouts.")] = 0.8,
+    max_tokens: Annotated[int, typer.Option(help="Solver completion cap in tokens.")] = 96,
+    seed: Annotated[int, typer.Option(help="Seed for task draws and sampling.")] = 0,
+    session: Annotated[Optional[str], typer.Option(help="Name of the new session (default run-YYYYMMDD-HHMMSS).")] = None,
+    resume: Annotated[Optional[str], typer.Option(help="Continue an interrupted session by name (its stored settings are used).")] = None,
+    solver: Annotated[str, typer.Option(help="Solver model: local or openai:MODEL.")] = "local",
+    critic: Annotated[str, typer.Option(help="Critic: verifier (no model), local or openai:MODEL.")] = "verifier",
+    teacher: Annotated[str, typer.Option(help="Teacher model: local or openai:MODEL.")] = "local",
+    lesson_tokens: Annotated[int, typer.Option(help="Token budget of the lessons in the solver prompt.")] = 512,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
+) -> None:
+    """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
+    _quiet_libraries()
+    from agents.policy import PolicyError
+    from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig
+    from arena.tasks import TaskError, load_tasks
+    from lessons.store import LessonStore, StoreError
+
+    console = Console(stderr=True)
+    store = None
+    name = resume or session or "NAME"
+    try:
+        if resume:
+            store = LessonStore(db)
+            info = store.get_session(resume)
+            if info is None:
+                raise StoreError(f"no session named {resume!r} in {db}")
+            if info.status == "finished":
+                raise StoreError(f"session {resume!r} already finished; start a new one with --session NAME")
+            cfg = SessionConfig.model_validate({**info.config, "db": db})
+            name = resume
+        else:
+            families = list(family) if family else ([] if tasks_file else [DEFAULT_FAMILY])
+            cfg = SessionConfig(
+                db=db, families=families, tasks_file=tasks_file, train_tasks=train_tasks, heldout_tasks=heldout_tasks,
+                rounds=rounds, rollouts=rollouts, temperature=temperature, max_tokens=max_tokens, seed=seed,
+                session=session, solver=solver, critic=critic, teacher=teacher, lesson_tokens=lesson_tokens,
+            )
+        # Validate tasks before touching the database, so bad input writes nothing.
+        splits = load_tasks(cfg.families, cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
+        if store is None:
+            store = LessonStore(db)
+            name = cfg.session or store.new_session_name()
+            if store.get_session(name) is not None:
+                raise StoreError(f"session {name!r} already exists; use --resume {name} or pick another --session")
+        from arena.runner import make_roles, run_session
+
+        roles = make_roles(cfg)
+        summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console)
+    except ValidationError as e:
+        raise fail(_config_error(e)) from None
+    except (ConfigError, TaskError, StoreError, PolicyError) as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise fail(f"interrupted; continue with: arena run --db {db} --resume {name}", EXIT_INTERRUPTED) from None
+    finally:
+        if store is not None:
+            store.close()
+    if json_out:
+        print(json.dumps(summary))
+    else:
+        print_summary(summary, Console())
+
+
+def _fmt_eval(e: dict | None) -> str:
+    if not e:
+        return "-"
+    lo, hi = e["ci95"]
+    return f"{e['pass_at_1']:.3f}  [{lo:.3f}, {hi:.3f}]  n={e['n']}"
+
+
+def print_summary(summary: dict, console: Console) -> None:
+    """The end-of-session table: counts, rewards and held-out pass@1 with 95% Wilson intervals."""
+    t = Table(title=f"session {summary['session']}", show_header=False)
+    t.add_column("metric", style="bold")
+    t.add_column("value")
+    for key in ("episodes", "rollouts", "mean_reward", "lessons_added", "lessons_active", "reflections_failed"):
+        t.add_row(key.replace("_", " "), str(summary.get(key)))
+    for r in summary.get("rounds", []):
+        extra = ", ".join(f"{k} {v}" for k, v in r.items() if k.startswith("pass_at"))
+        t.add_row(f"round {r['round']}", f"mean reward {r['mean_reward']}, {extra}")
+    t.add_row("held-out pass@1 before", _fmt_eval(summary.get("heldout_before")))
+    t.add_row("held-out pass@1 after", _fmt_eval(summary.get("heldout_after")))
+    t.add_row("  … after, no lessons", _fmt_eval(summary.get("heldout_after_no_lessons")))
+    t.add_row("wall time", f"{summary.get('wall_time_s')} s")
+    console.print(t)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""`SessionConfig`: every setting of an `arena run` session, with defaults, units and cross-field checks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# chain_sum with 2 terms of 1–2 digits: the embedded 135M model's pass@8 is well above 0 here
+# (and pass@1 far below 1), so a group mixes successes and failures and reflection has signal.
+DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
+
+_ROLE = re.compile(r"^(local|openai:.+)$")
+
+
+class ConfigError(ValueError):
+    """An invalid combination of settings; the message says how to fix it (one line)."""
+
+
+class SessionConfig(BaseModel):
+    """Settings of one self-play session (stored with the session, so a resume reuses them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    db: str = "arena.db"  # SQLAlchemy URL or SQLite file path of the lesson library
+    families: list[str] = Field(default_factory=lambda: [DEFAULT_FAMILY])  # reasoning-gym specs "name:key=value,..."
+    tasks_file: Path | None = None  # JSONL task file ({"question", "answer"} per line)
+    train_tasks: int = 8  # train tasks per family (one episode each per round)
+    heldout_tasks: int = 32  # held-out tasks per family (pass@1 before/after)
+    rounds: int = 2  # passes over the train tasks
+    rollouts: int = 8  # group size k per episode
+    temperature: float = 0.8  # solver sampling temperature for rollouts
+    max_tokens: int = 96  # solver completion cap, tokens
+    teacher_max_tokens: int = 192  # teacher reflection cap, tokens
+    lesson_tokens: int = 512  # budget of the lessons section in the solver prompt, solver tokens
+    seed: int = 0  # seeds task draws and sampling
+    session: str | None = None  # session name; default run-YYYYMMDD-HHMMSS
+    solver: str = "local"  # "local" or "openai:MODEL"
+    critic: str = "verifier"  # "verifier" (no model), "local" or "openai:MODEL"
+    teacher: str = "local"  # "local" or "openai:MODEL"
+
+    @field_validator("solver", "teacher")
+    @classmethod
+    def _role(cls, v: str) -> str:
+        if not _ROLE.match(v):
+            raise ValueError(f"must be 'local' or 'openai:MODEL', got {v!r}")
+        return v
+
+    @field_validator("critic")
+    @classmethod
+    def _critic(cls, v: str) -> str:
+        if v != "verifier" and not _ROLE.match(v):
+            raise ValueError(f"must be 'verifier', 'local' or 'openai:MODEL', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "SessionConfig":
+        if self.rollouts < 2:
+            raise ValueError(f"rollouts must be >= 2 for group reflection; pass --rollouts 4 (got {self.rollouts})")
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1; pass --rounds 1 (got {self.rounds})")
+        if self.train_tasks < 1 or self.heldout_tasks < 1:
+            raise ValueError("--train-tasks and --heldout-tasks must be >= 1")
+        if not 0.0 <= self.temperature <= 5.0:
+            raise ValueError(f"temperature must be in [0, 5]; rollouts need > 0 to differ (got {self.temperature})")
+        if self.max_tokens < 1 or self.teacher_max_tokens < 16:
+            raise ValueError("--max-tokens must be >= 1 and the teacher's cap >= 16")
+        if self.lesson_tokens < 0:
+            raise ValueError(f"--lesson-tokens must be >= 0 (0 disables lessons in context), got {self.lesson_tokens}")
+        if not self.families and self.tasks_file is None:
+            raise ValueError("no tasks: pass --family NAME or --tasks-file F")
+        return self

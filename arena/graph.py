@@ -1,0 +1,230 @@
+"""The episode graph (LangGraph ``StateGraph``): retrieve_lessons → solve → grade → reflect → curate.
+
+One episode is one pass over one task. State is a ``TypedDict`` of JSON-friendly values so the
+``SqliteSaver`` checkpointer can persist it after every node: an interrupted session resumes
+mid-episode (e.g. after ``solve``, without re-sampling the group) and a finished episode is
+never recorded twice (``curate`` writes it in one idempotent transaction).
+
+The graph is built by :func:`build_episode_graph`, which takes the roles' policies, the store
+and the checkpointer, so tests inject :class:`agents.fake.FakePolicy` and ``InMemorySaver``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+from agents.critic import grade_group
+from agents.policy import Completion, Policy
+from agents.solver import LessonView, render_lessons, solver_messages
+from agents.teacher import RolloutView, reflect
+from arena.extract import extract_answer
+from arena.tasks import Task, score, verifier_feedback
+from lessons.ops import Reflection
+from lessons.store import EpisodeRecord, LessonStore, RolloutRecord
+
+
+@dataclass
+class Roles:
+    """The policies behind the three roles. ``critic`` None: the verifier alone writes critiques."""
+
+    solver: Policy
+    teacher: Policy
+    critic: Policy | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """Sampling settings of an episode (a slice of the session config)."""
+
+    rollouts: int = 8  # group size k
+    temperature: float = 0.8  # solver sampling temperature
+    max_tokens: int = 96  # solver completion cap, tokens
+    lesson_tokens: int = 512  # budget of the lessons section in the solver prompt, solver tokens
+    teacher_temperature: float = 0.3  # teacher sampling temperature
+    teacher_max_tokens: int = 192  # teacher reply cap, tokens
+
+
+class EpisodeState(TypedDict, total=False):
+    """The state of one episode; every key has a single writer, so none needs a reducer."""
+
+    # input
+    session_id: int
+    episode_key: str
+    round: int
+    task_key: str
+    seed: int
+    started_at: str  # ISO-8601 UTC
+    # retrieve_lessons
+    lessons_shown: list[list[str]]  # [[lesson_id, text], ...] in prompt order
+    messages: list[dict[str, str]]
+    # solve
+    completions: list[dict[str, Any]]  # Completion fields + latency_s
+    # grade
+    grades: list[dict[str, Any]]  # {"reward", "extracted_answer", "critique"}
+    # reflect
+    reflection: dict[str, Any] | None  # a validated lessons.ops.Reflection, as a dict
+    reflection_raw: list[str]
+    reflection_error: str | None
+    rejected_ops: list[str]
+    # curate
+    episode_id: int | None
+    lessons_added: list[str]
+
+
+def retrieve_for_task(store: LessonStore, task: Task, budget_tokens: int, count_tokens: Callable[[str], int]) -> tuple[str, list[list[str]]]:
+    """The lessons section for ``task`` and the ``[id, text]`` pairs it holds.
+
+    Active lessons of the task's family and global ones, best first (helpful − harmful),
+    cut to ``budget_tokens`` of the solver's tokenizer. Shared by the graph and evaluation.
+    """
+    views = [LessonView(les.lesson_id, les.text) for les in store.active_lessons(task.family)]
+    section, ids = render_lessons(views, budget_tokens, count_tokens)
+    by_id = {v.lesson_id: v.text for v in views}
+    return section, [[i, by_id[i]] for i in ids]
+
+
+def build_episode_graph(
+    roles: Roles,
+    store: LessonStore,
+    tasks: Mapping[str, Task],
+    settings: EpisodeSettings,
+    checkpointer: Any = None,
+):
+    """Compile the episode graph.
+
+    Args:
+        roles: solver, teacher and optional critic policies.
+        store: the lesson store (read by ``retrieve_lessons``, written by ``curate``).
+        tasks: task_key → :class:`Task` (the verifier and reference answer stay here, out of the state).
+        settings: sampling settings.
+        checkpointer: a LangGraph checkpointer (``SqliteSaver`` in the app, ``InMemorySaver`` in tests).
+
+    Returns:
+        A compiled graph; invoke it with an :class:`EpisodeState` input and
+        ``{"configurable": {"thread_id": ...}}``.
+    """
+
+    def retrieve_lessons(state: EpisodeState) -> dict:
+        task = tasks[state["task_key"]]
+        section, shown = retrieve_for_task(store, task, settings.lesson_tokens, roles.solver.count_tokens)
+        return {"lessons_shown": shown, "messages": solver_messages(task.question, section)}
+
+    def solve(state: EpisodeState) -> dict:
+        t0 = time.perf_counter()
+        outs = roles.solver.sample(
+            state["messages"],
+            n=settings.rollouts,
+            temperature=settings.temperature,
+            max_tokens=settings.max_tokens,
+            seed=state.get("seed"),
+        )
+        latency = (time.perf_counter() - t0) / max(1, len(outs))
+        return {"completions": [{**_completion_dict(c), "latency_s": latency} for c in outs]}
+
+    def grade(state: EpisodeState) -> dict:
+        task = tasks[state["task_key"]]
+        comps = [Completion(**{k: v for k, v in c.items() if k != "latency_s"}) for c in state["completions"]]
+        grades = grade_group(
+            comps,
+            extract=extract_answer,
+            verify=lambda a: score(task, a),
+            feedback=lambda a: verifier_feedback(task, a),
+            question=task.question,
+            critic=roles.critic,
+            reference_answer=task.answer,
+        )
+        return {"grades": [{"reward": g.reward, "extracted_answer": g.extracted_answer, "critique": g.critique} for g in grades]}
+
+    def reflect_node(state: EpisodeState) -> dict:
+        task = tasks[state["task_key"]]
+        views = [
+            RolloutView(c["text"], g["reward"], g["critique"]) for c, g in zip(state["completions"], state["grades"])
+        ]
+        result = reflect(
+            roles.teacher,
+            task.family,
+            task.question,
+            views,
+            [(i, t) for i, t in state["lessons_shown"]],
+            reference_answer=task.answer,
+            temperature=settings.teacher_temperature,
+            max_tokens=settings.teacher_max_tokens,
+            seed=state.get("seed"),
+        )
+        return {
+            "reflection": result.reflection.model_dump() if result.reflection else None,
+            "reflection_raw": result.raw,
+            "reflection_error": result.error,
+            "rejected_ops": result.rejected,
+        }
+
+    def curate(state: EpisodeState) -> dict:
+        task = tasks[state["task_key"]]
+        rollouts = [
+            RolloutRecord(
+                idx=i,
+                messages=state["messages"],
+                completion=c["text"],
+                extracted_answer=g["extracted_answer"],
+                reward=g["reward"],
+                critique=g["critique"],
+                prompt_tokens=c["prompt_tokens"],
+                completion_tokens=len(c["token_ids"]) or max(1, len(c["text"].split())),
+                finish_reason=c["finish_reason"],
+                latency_s=c["latency_s"],
+            )
+            for i, (c, g) in enumerate(zip(state["completions"], state["grades"]))
+        ]
+        reflection = Reflection.model_validate(state["reflection"]) if state.get("reflection") else None
+        error = state.get("reflection_error")
+        if state.get("rejected_ops"):
+            error = "; ".join(filter(None, [error, *state["rejected_ops"]]))
+        result = store.record_episode(
+            EpisodeRecord(
+                session_id=state["session_id"],
+                episode_key=state["episode_key"],
+                round=state["round"],
+                task_key=task.task_key,
+                system_prompt=state["messages"][0]["content"],
+                lessons_in_context=[i for i, _ in state["lessons_shown"]],
+                rollouts=rollouts,
+                reflection=reflection,
+                reflection_raw="\n---\n".join(state.get("reflection_raw", [])),
+                reflection_error=error,
+                started_at=datetime.fromisoformat(state["started_at"]) if state.get("started_at") else None,
+                finished_at=datetime.now(timezone.utc),
+            )
+        )
+        if result is None:  # already recorded (resumed after the write, before the checkpoint)
+            return {"episode_id": None, "lessons_added": []}
+        return {"episode_id": result.episode_id, "lessons_added": list(result.lessons_added)}
+
+    g = StateGraph(EpisodeState)
+    g.add_node("retrieve_lessons", retrieve_lessons)
+    g.add_node("solve", solve)
+    g.add_node("grade", grade)
+    g.add_node("reflect", reflect_node)
+    g.add_node("curate", curate)
+    g.add_edge(START, "retrieve_lessons")
+    g.add_edge("retrieve_lessons", "solve")
+    g.add_edge("solve", "grade")
+    g.add_edge("grade", "reflect")
+    g.add_edge("reflect", "curate")
+    g.add_edge("curate", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+def _completion_dict(c: Completion) -> dict[str, Any]:
+    return {
+        "text": c.text,
+        "token_ids": list(c.token_ids),
+        "logprobs": list(c.logprobs) if c.logprobs is not None else None,
+        "finish_reason": c.finish_reason,
+        "prompt_tokens": c.prompt_tokens,
+    }

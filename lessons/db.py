@@ -1,0 +1,307 @@
+"""The lesson library's schema: SQLAlchemy 2.0 typed ORM models.
+
+One :class:`Base` with a constraint naming convention (so Alembic migrations, including
+SQLite batch-mode table rebuilds, can address every constraint by name), ``Mapped[...]``
+annotations and ``Annotated`` aliases for the repeated column kinds, after
+pypi/warehouse ``warehouse/db.py``. The schema is created and migrated only by the
+Alembic revisions in :mod:`lessons.migrations` (:func:`alembic_config`); a test checks
+that the revisions and these models do not drift apart.
+
+Only :mod:`lessons.store` should touch these classes; the rest of the app goes through
+:class:`lessons.store.LessonStore`.
+
+Conventions:
+
+- Timestamps are timezone-aware UTC ``datetime`` in Python (:class:`UTCDateTime`); on
+  SQLite they are stored as naive UTC text.
+- JSON columns are replaced, never mutated in place (SQLAlchemy does not track nested
+  changes; sqlalchemy #5218).
+- Enumerated string columns (``status``, ``split``, ``op``) are plain strings validated by
+  the store against the ``*_VALUES`` tuples below, not by database CHECK constraints, so a
+  new value does not need a table rebuild on SQLite.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    false,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# --------------------------------------------------------------------------- enumerations
+
+SESSION_STATUSES = ("running", "finished", "failed", "interrupted")
+SPLITS = ("train", "heldout")
+TASK_SOURCES = ("reasoning_gym", "jsonl")
+LESSON_STATUSES = ("candidate", "active", "retired", "distilled")
+LESSON_OPS = ("ADD", "EDIT", "MERGE", "RETIRE", "UPVOTE", "DOWNVOTE", "TAG_NEUTRAL")
+
+# Where the Alembic environment and revisions live (a package, shipped with the wheel).
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC (the default of every timestamp column)."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always timezone-aware UTC in Python.
+
+    Binds: a naive ``datetime`` is taken to be UTC; an aware one is converted to UTC.
+    Results: naive values (SQLite keeps no zone) are marked UTC; aware ones (PostgreSQL
+    ``timestamptz``) are converted to UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+# --------------------------------------------------------------------------- base
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_N_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every lesson-library table."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON(),
+        list[Any]: JSON(),
+    }
+
+
+# Annotated aliases for the repeated column kinds.
+intpk = Annotated[int, mapped_column(Integer, primary_key=True)]
+created_ts = Annotated[datetime, mapped_column(UTCDateTime(), default=utcnow)]
+JSONDict = Annotated[dict[str, Any], mapped_column(JSON())]
+JSONList = Annotated[list[Any], mapped_column(JSON())]
+LongText = Annotated[str, mapped_column(Text())]
+Counter = Annotated[int, mapped_column(Integer, default=0, server_default="0")]
+
+
+def _fk(target: str, *, nullable: bool = False, ondelete: str = "CASCADE") -> Any:
+    """A foreign-key column to ``target`` (``"table.column"``)."""
+    return mapped_column(ForeignKey(target, ondelete=ondelete), nullable=nullable)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+class SessionRow(Base):
+    """A run of many episodes over rounds, with its config, seed and evaluations."""
+
+    __tablename__ = "sessions"
+
+    id: Mapped[intpk]
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    config: Mapped[JSONDict]  # the SessionConfig as a dict
+    seed: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(20))  # one of SESSION_STATUSES
+    created_at: Mapped[created_ts]
+    finished_at: Mapped[datetime | None]
+    summary: Mapped[dict[str, Any] | None]  # final figures written when the session ends
+
+    tasks: Mapped[list[TaskRow]] = relationship(back_populates="session", passive_deletes=True)
+    episodes: Mapped[list[EpisodeRow]] = relationship(back_populates="session", passive_deletes=True)
+    evaluations: Mapped[list[EvaluationRow]] = relationship(back_populates="session", passive_deletes=True)
+
+
+class TaskRow(Base):
+    """One prompt with a reference answer (and its verifier's data in ``meta``)."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (UniqueConstraint("session_id", "task_key"),)
+
+    id: Mapped[intpk]
+    session_id: Mapped[int] = _fk("sessions.id")
+    task_key: Mapped[str] = mapped_column(String(300))  # e.g. "chain_sum/train/00003"
+    family: Mapped[str] = mapped_column(String(100))  # e.g. "chain_sum"
+    split: Mapped[str] = mapped_column(String(20))  # one of SPLITS
+    question: Mapped[LongText]
+    answer: Mapped[LongText]  # the reference answer
+    source: Mapped[str] = mapped_column(String(50))  # e.g. one of TASK_SOURCES
+    meta: Mapped[JSONDict] = mapped_column("metadata", JSON())  # verifier data etc.
+
+    session: Mapped[SessionRow] = relationship(back_populates="tasks")
+
+
+class EpisodeRow(Base):
+    """One pass of the episode graph over one task: k rollouts, grading and reflection."""
+
+    __tablename__ = "episodes"
+    # The unique constraint's index (session_id first) serves lookups by session.
+    __table_args__ = (UniqueConstraint("session_id", "episode_key"),)
+
+    id: Mapped[intpk]
+    session_id: Mapped[int] = _fk("sessions.id")
+    episode_key: Mapped[str] = mapped_column(String(300))  # e.g. "r001-chain_sum/train/00003"
+    round: Mapped[int]
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    system_prompt: Mapped[LongText]
+    lessons_in_context: Mapped[JSONList]  # readable lesson ids, in prompt order
+    # {"raw": teacher text, "parsed": Reflection as dict | None, "error": str | None}
+    reflection: Mapped[dict[str, Any] | None]
+    reflection_error: Mapped[str | None] = mapped_column(Text())
+    mean_reward: Mapped[float] = mapped_column(Float)  # over the group's (unguided) rollouts
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime]
+
+    session: Mapped[SessionRow] = relationship(back_populates="episodes")
+    task: Mapped[TaskRow] = relationship()
+    rollouts: Mapped[list[RolloutRow]] = relationship(
+        back_populates="episode", order_by="RolloutRow.id", passive_deletes=True
+    )
+
+
+class RolloutRow(Base):
+    """One attempt by the solver: context, completion, tokens, reward and critique."""
+
+    __tablename__ = "rollouts"
+
+    id: Mapped[intpk]
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id", ondelete="CASCADE"), index=True)
+    idx: Mapped[int]  # 0..k-1 within the group
+    guided: Mapped[bool] = mapped_column(default=False, server_default=false())  # sampled with a hint
+    messages: Mapped[JSONList]  # [{"role": ..., "content": ...}, ...]
+    completion: Mapped[LongText]
+    extracted_answer: Mapped[str | None] = mapped_column(Text())
+    reward: Mapped[float] = mapped_column(Float)  # in [0, 1]
+    critique: Mapped[LongText]
+    prompt_tokens: Mapped[int]
+    completion_tokens: Mapped[int]
+    finish_reason: Mapped[str] = mapped_column(String(50))  # "stop", "length", ...
+    latency_s: Mapped[float] = mapped_column(Float)  # seconds for this sample (batched calls: share)
+
+    episode: Mapped[EpisodeRow] = relationship(back_populates="rollouts")
+
+
+class LessonRow(Base):
+    """A short, general, reusable instruction kept in the library."""
+
+    __tablename__ = "lessons"
+    __table_args__ = (Index("ix_lessons_status_scope", "status", "scope"),)
+
+    id: Mapped[intpk]
+    lesson_id: Mapped[str] = mapped_column(String(150), unique=True)  # e.g. "chain_sum-00012"
+    text: Mapped[LongText]
+    scope: Mapped[str] = mapped_column(String(100))  # a task family, or "global"
+    status: Mapped[str] = mapped_column(String(20))  # one of LESSON_STATUSES
+    helpful: Mapped[Counter]
+    harmful: Mapped[Counter]
+    neutral: Mapped[Counter]
+    times_in_context: Mapped[Counter]
+    source_episode_id: Mapped[int | None] = _fk("episodes.id", nullable=True, ondelete="SET NULL")
+    created_at: Mapped[created_ts]
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
+
+    events: Mapped[list[LessonEventRow]] = relationship(
+        back_populates="lesson", order_by="LessonEventRow.id", passive_deletes=True
+    )
+
+
+class LessonEventRow(Base):
+    """The audit log: one curation op applied to one lesson, with before/after text."""
+
+    __tablename__ = "lesson_events"
+
+    id: Mapped[intpk]
+    lesson_id: Mapped[int] = mapped_column(ForeignKey("lessons.id", ondelete="CASCADE"), index=True)
+    op: Mapped[str] = mapped_column(String(20))  # one of LESSON_OPS
+    before: Mapped[str | None] = mapped_column(Text())
+    after: Mapped[str | None] = mapped_column(Text())
+    rationale: Mapped[LongText]
+    episode_id: Mapped[int | None] = mapped_column(
+        ForeignKey("episodes.id", ondelete="SET NULL"), index=True, nullable=True
+    )
+    rollout_ids: Mapped[JSONList]  # the rollouts (rollouts.id) that support the op
+    created_at: Mapped[created_ts]
+
+    lesson: Mapped[LessonRow] = relationship(back_populates="events")
+
+
+class EvaluationRow(Base):
+    """A pass@1 measurement of one session on one split, with or without lessons."""
+
+    __tablename__ = "evaluations"
+    __table_args__ = (UniqueConstraint("session_id", "name"),)
+
+    id: Mapped[intpk]
+    session_id: Mapped[int] = _fk("sessions.id")
+    name: Mapped[str] = mapped_column(String(100))  # e.g. "heldout_before"
+    split: Mapped[str] = mapped_column(String(20))
+    with_lessons: Mapped[bool]
+    n: Mapped[int]  # tasks evaluated
+    passes: Mapped[int]  # tasks with reward >= 1
+    pass_at_1: Mapped[float] = mapped_column(Float)  # passes / n
+    ci_lo: Mapped[float] = mapped_column(Float)  # confidence interval of pass_at_1
+    ci_hi: Mapped[float] = mapped_column(Float)
+    details: Mapped[JSONDict]  # per-task rewards and anything else the evaluator keeps
+    created_at: Mapped[created_ts]
+
+    session: Mapped[SessionRow] = relationship(back_populates="evaluations")
+
+
+# --------------------------------------------------------------------------- migrations
+
+
+def alembic_config(url: str, **attributes: Any) -> Any:
+    """An Alembic ``Config`` for this schema, built programmatically (no ``alembic.ini``).
+
+    Args:
+        url: the SQLAlchemy URL of the database (``sqlite:///arena.db``, ``postgresql://...``).
+        attributes: put into ``Config.attributes``; ``connection=`` (an open SQLAlchemy
+            ``Connection``) makes :mod:`lessons.migrations.env` run on that connection
+            instead of creating its own engine.
+
+    Returns:
+        ``alembic.config.Config`` usable with ``alembic.command`` (``upgrade``,
+        ``downgrade``, ``revision(autogenerate=True)``, ``check``).
+    """
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # ConfigParser interpolates "%": escape it (URL-encoded passwords contain it).
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.attributes.update(attributes)
+    return cfg

@@ -1,0 +1,1 @@
+"""Alembic revisions of the lesson library, oldest first (``0001_initial``, ...)."""

@@ -1,0 +1,73 @@
+"""Curation ops: the structured output of the teacher's ``reflect`` step.
+
+The teacher proposes ops as JSON; these pydantic models are the contract its (untrusted)
+output is validated against, and what :meth:`lessons.store.LessonStore.record_episode`
+applies. The op set follows ACE's incremental delta updates and ExpeL's insight
+operations (ADD / EDIT / UPVOTE / DOWNVOTE); MERGE and RETIRE complete it in the
+lesson-library work.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+LESSON_MAX_CHARS = 400  # a lesson is one or two sentences; longer text is rejected, not truncated
+GLOBAL_SCOPE = "global"
+
+Tag = Literal["helpful", "harmful", "neutral"]
+
+
+def normalise_scope(scope: str) -> str:
+    """Lower-case, trim; an empty scope or ``"all"``/``"any"`` means :data:`GLOBAL_SCOPE`."""
+    s = (scope or "").strip().lower()
+    return GLOBAL_SCOPE if s in {"", "all", "any", "general", GLOBAL_SCOPE} else s
+
+
+class AddOp(BaseModel):
+    """Add a new lesson: short, general advice, reusable on other tasks of its scope."""
+
+    model_config = ConfigDict(extra="ignore")
+    op: Literal["ADD"] = "ADD"
+    text: str = Field(description="the lesson: one or two imperative sentences, general, no task-specific numbers")
+    scope: str = Field(default=GLOBAL_SCOPE, description="a task family name, or 'global' for every family")
+    rationale: str = Field(default="", description="why the group's rollouts support this lesson")
+
+    @field_validator("text")
+    @classmethod
+    def _text_ok(cls, v: str) -> str:
+        v = re.sub(r"\s+", " ", v or "").strip()
+        if len(v) < 8:
+            raise ValueError("lesson text must be at least 8 characters")
+        if len(v) > LESSON_MAX_CHARS:
+            raise ValueError(f"lesson text must be at most {LESSON_MAX_CHARS} characters")
+        return v
+
+    @field_validator("scope")
+    @classmethod
+    def _scope_ok(cls, v: str) -> str:
+        return normalise_scope(v)
+
+
+class LessonTag(BaseModel):
+    """The teacher's verdict on one lesson that was in the solver's context."""
+
+    model_config = ConfigDict(extra="ignore")
+    lesson_id: str = Field(description="id of a lesson shown in context, e.g. 'chain_sum-00003'")
+    tag: Tag = Field(description="helpful: the lesson helped the rollouts; harmful: it misled them; neutral")
+
+    @field_validator("tag", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.strip().lower() if isinstance(v, str) else v
+
+
+class Reflection(BaseModel):
+    """What the teacher returns from ``reflect``: new lessons and tags for the lessons shown."""
+
+    model_config = ConfigDict(extra="ignore")
+    analysis: str = Field(default="", description="one or two sentences: what separated the successes from the failures")
+    add: list[AddOp] = Field(default_factory=list, description="new lessons (at most 2)")
+    tags: list[LessonTag] = Field(default_factory=list, description="one tag per lesson that was in context")

@@ -1,0 +1,992 @@
+"""``LessonStore``: the only interface the rest of the app has to the lesson library.
+
+The library is a SQLAlchemy database (SQLite file by default, any SQLAlchemy URL
+otherwise) whose schema is :mod:`lessons.db`, created and migrated by Alembic on open.
+Every public method opens its own short transaction and returns plain frozen
+dataclasses, never ORM rows, so callers (the session runner, the TUI's worker threads)
+hold no database state between calls.
+
+SQLite specifics (following the SQLAlchemy pysqlite docs, "Serializable isolation /
+Savepoints / Transactional DDL"): the driver's own transaction handling is switched off
+and the store emits ``BEGIN`` itself, ``BEGIN IMMEDIATE`` for writes that read first, so
+two processes writing the same file serialise on the write lock (waiting up to
+``busy_timeout``) instead of failing on lock upgrade. WAL journal mode lets readers (a
+TUI) read while a session writes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol
+
+from alembic import command
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy import URL, Engine, create_engine, event, func, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from lessons.db import (
+    LESSON_STATUSES,
+    SESSION_STATUSES,
+    SPLITS,
+    EpisodeRow,
+    EvaluationRow,
+    LessonEventRow,
+    LessonRow,
+    RolloutRow,
+    SessionRow,
+    TaskRow,
+    alembic_config,
+    utcnow,
+)
+from lessons.ops import GLOBAL_SCOPE, Reflection
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another's lock before failing
+PASS_THRESHOLD = 1.0 - 1e-9  # a rollout / task passes when its reward is at least this
+
+_BEGIN_OPTION = "lesson_arena_sqlite_begin"  # execution option read by the "begin" listener
+
+
+class StoreError(Exception):
+    """A problem the user can fix (bad path, name taken, newer schema); one line, for stderr."""
+
+
+# --------------------------------------------------------------------------- records in
+
+
+class TaskLike(Protocol):
+    """What :meth:`LessonStore.upsert_tasks` reads from a task (e.g. ``arena`` task objects)."""
+
+    task_key: str
+    family: str
+    split: str
+    question: str
+    answer: str
+    source: str
+    metadata: dict[str, Any]
+
+
+@dataclass
+class RolloutRecord:
+    """One rollout to store with its episode (see :meth:`LessonStore.record_episode`)."""
+
+    idx: int  # 0..k-1 within the group
+    messages: list[dict[str, str]]  # the context, [{"role": ..., "content": ...}]
+    completion: str
+    extracted_answer: str | None
+    reward: float  # in [0, 1]
+    critique: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop", "length", ...
+    latency_s: float  # seconds spent sampling this rollout
+    guided: bool = False  # sampled with a hint in context
+
+
+@dataclass
+class EpisodeRecord:
+    """A finished episode: its group of rollouts and the teacher's reflection."""
+
+    session_id: int
+    episode_key: str  # unique within the session, e.g. "r001-chain_sum/train/00003"
+    round: int
+    task_key: str  # a key already stored with upsert_tasks
+    system_prompt: str
+    lessons_in_context: list[str]  # readable lesson ids shown to the solver, in prompt order
+    rollouts: list[RolloutRecord]
+    reflection: Reflection | None  # the validated ops, or None when reflection failed/skipped
+    reflection_raw: str = ""  # the teacher's raw reply
+    reflection_error: str | None = None  # why the reply could not be parsed, if it could not
+    started_at: datetime | None = None  # None: now
+    finished_at: datetime | None = None  # None: now
+
+
+# --------------------------------------------------------------------------- records out
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A stored session."""
+
+    id: int
+    name: str
+    config: dict[str, Any]
+    seed: int
+    status: str  # "running" | "finished" | "failed" | "interrupted"
+    created_at: datetime  # UTC
+    finished_at: datetime | None  # UTC
+    summary: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class LessonInfo:
+    """A lesson of the library, with its counters."""
+
+    lesson_id: str  # readable and stable, e.g. "chain_sum-00012"
+    text: str
+    scope: str  # a task family, or "global"
+    status: str  # "candidate" | "active" | "retired" | "distilled"
+    helpful: int
+    harmful: int
+    neutral: int
+    times_in_context: int  # episodes whose solver prompt contained it
+    created_at: datetime  # UTC
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    """One entry of a lesson's audit log."""
+
+    id: int
+    lesson_id: str  # readable lesson id
+    op: str  # "ADD" | "EDIT" | "MERGE" | "RETIRE" | "UPVOTE" | "DOWNVOTE" | "TAG_NEUTRAL"
+    before: str | None
+    after: str | None
+    rationale: str
+    episode_id: int | None
+    rollout_ids: list[int]
+    created_at: datetime  # UTC
+
+
+@dataclass(frozen=True)
+class EvaluationInfo:
+    """A stored pass@1 measurement."""
+
+    name: str
+    split: str
+    with_lessons: bool
+    n: int
+    passes: int
+    pass_at_1: float
+    ci_lo: float
+    ci_hi: float
+    details: dict[str, Any]
+    created_at: datetime  # UTC
+
+
+@dataclass
+class EpisodeResult:
+    """What :meth:`LessonStore.record_episode` did to the library."""
+
+    episode_id: int
+    lessons_added: list[str] = field(default_factory=list)  # new lesson ids
+    upvoted: list[str] = field(default_factory=list)  # helpful tags and duplicate ADDs
+    downvoted: list[str] = field(default_factory=list)  # harmful tags
+    neutral: list[str] = field(default_factory=list)  # neutral tags
+    rejected_ops: list[str] = field(default_factory=list)  # one line per op not applied, with why
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def normalise_lesson_text(text: str) -> str:
+    """The form under which two lesson texts count as duplicates.
+
+    Lower-case, punctuation removed, whitespace collapsed: ``"Add the numbers, then
+    check."`` and ``"add the numbers then check"`` are the same lesson.
+    """
+    t = re.sub(r"[^\w\s]|_", " ", text.lower())
+    return " ".join(t.split())
+
+
+def _one_line(x: object) -> str:
+    return " ".join(str(x).split())
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    """The database file of a SQLite URL; None for other backends and in-memory SQLite."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    db = url.database
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(db)
+
+
+def _check_sqlite_path(path: Path) -> None:
+    """Raise StoreError unless SQLite can create/open ``path`` read-write (WAL included)."""
+
+    def fail(reason: str) -> None:
+        raise StoreError(f"cannot open database {path}: {reason}")
+
+    parent = path.absolute().parent
+    if not parent.exists():
+        fail(f"directory {parent} does not exist")
+    if not parent.is_dir():
+        fail(f"{parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        # SQLite creates the -wal and -shm files next to the database.
+        fail(f"directory {parent} is not writable")
+    if path.exists():
+        if path.is_dir():
+            fail("it is a directory")
+        if not os.access(path, os.R_OK | os.W_OK):
+            fail("file is not writable")
+
+
+def _install_sqlite_listeners(engine: Engine) -> None:
+    """WAL, busy timeout, foreign keys; the store emits BEGIN / BEGIN IMMEDIATE itself."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite must not emit BEGIN on its own
+        cur = dbapi_connection.cursor()
+        try:
+            cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA journal_mode=WAL")  # fails here on a file that is not a database
+        finally:
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        mode = conn.get_execution_options().get(_BEGIN_OPTION, "")
+        conn.exec_driver_sql(f"BEGIN {mode}".rstrip())
+
+
+@lru_cache(maxsize=1)
+def _script() -> ScriptDirectory:
+    """The Alembic revisions shipped with this package (parsed once per process)."""
+    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+
+
+def _session_info(row: SessionRow) -> SessionInfo:
+    return SessionInfo(
+        id=row.id,
+        name=row.name,
+        config=dict(row.config or {}),
+        seed=row.seed,
+        status=row.status,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+        summary=dict(row.summary) if row.summary is not None else None,
+    )
+
+
+def _lesson_info(row: LessonRow) -> LessonInfo:
+    return LessonInfo(
+        lesson_id=row.lesson_id,
+        text=row.text,
+        scope=row.scope,
+        status=row.status,
+        helpful=row.helpful,
+        harmful=row.harmful,
+        neutral=row.neutral,
+        times_in_context=row.times_in_context,
+        created_at=row.created_at,
+    )
+
+
+def _evaluation_info(row: EvaluationRow) -> EvaluationInfo:
+    return EvaluationInfo(
+        name=row.name,
+        split=row.split,
+        with_lessons=row.with_lessons,
+        n=row.n,
+        passes=row.passes,
+        pass_at_1=row.pass_at_1,
+        ci_lo=row.ci_lo,
+        ci_hi=row.ci_hi,
+        details=dict(row.details or {}),
+        created_at=row.created_at,
+    )
+
+
+# counter column and event op of each teacher tag
+_TAG_EFFECT = {"helpful": ("helpful", "UPVOTE"), "harmful": ("harmful", "DOWNVOTE"), "neutral": ("neutral", "TAG_NEUTRAL")}
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class LessonStore:
+    """The lesson library: sessions, tasks, episodes, rollouts, lessons and their audit log.
+
+    Args:
+        url: an SQLAlchemy URL (``sqlite:///arena.db``, ``postgresql+psycopg://...``) or a
+            bare file path, which means a SQLite file (``arena.db``, ``runs/x.db``).
+
+    Opening creates the SQLite file if it does not exist (but never its directory) and
+    runs Alembic ``upgrade head``, so a fresh file gets the schema and an older one is
+    migrated.
+
+    Raises:
+        StoreError: the directory does not exist or is not writable, the file is not a
+            database, or its schema revision is newer than this version knows.
+    """
+
+    def __init__(self, url: str | os.PathLike[str]) -> None:
+        raw = os.fspath(url)
+        try:
+            self._url = make_url(raw) if "://" in raw else URL.create("sqlite", database=raw)
+        except ArgumentError as e:
+            raise StoreError(f"cannot open database {raw}: {_one_line(e)}") from None
+        self._sqlite_path = _sqlite_file(self._url)
+        self._is_sqlite = self._url.get_backend_name() == "sqlite"
+        if self._sqlite_path is not None:
+            _check_sqlite_path(self._sqlite_path)
+        try:
+            self._engine = create_engine(self._url)
+        except (ArgumentError, ImportError) as e:
+            raise StoreError(f"cannot open database {self._where()}: {_one_line(e)}") from None
+        if self._is_sqlite:
+            _install_sqlite_listeners(self._engine)
+            self._write_engine = self._engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+        else:
+            self._write_engine = self._engine
+        try:
+            self._migrate()
+        except StoreError:
+            self._engine.dispose()
+            raise
+        except DBAPIError as e:
+            self._engine.dispose()
+            reason = _one_line(e.orig) if e.orig is not None else _one_line(e)
+            raise StoreError(f"cannot open database {self._where()}: {reason}") from None
+        except (SQLAlchemyError, CommandError) as e:
+            self._engine.dispose()
+            raise StoreError(f"cannot migrate database {self._where()}: {_one_line(e)}") from None
+
+    # ----------------------------------------------------------------- open / close
+
+    def _where(self) -> str:
+        if self._sqlite_path is not None:
+            return str(self._sqlite_path)
+        return self._url.render_as_string(hide_password=True)
+
+    def _migrate(self) -> None:
+        """Bring the schema to the newest revision (Alembic ``upgrade head``)."""
+        script = _script()
+        head = script.get_current_head()
+        known = {rev.revision for rev in script.walk_revisions()}
+        with self._engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_heads()
+        self._check_revisions(current, known, head)
+        if current == (head,):
+            return
+        # Migrate under the write lock, so two processes opening a fresh file do not race.
+        with self._write_engine.connect() as conn:
+            if self._is_sqlite:
+                # Batch-mode table rebuilds drop and re-create tables: with foreign keys on,
+                # the DROP would cascade into the referencing tables. The pragma only takes
+                # effect outside a transaction (Alembic docs, batch mode and foreign keys).
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+            try:
+                with conn.begin():
+                    current = MigrationContext.configure(conn).get_current_heads()
+                    self._check_revisions(current, known, head)
+                    if current != (head,):
+                        cfg = alembic_config(self._url.render_as_string(hide_password=False), connection=conn)
+                        command.upgrade(cfg, "head")
+                        if self._is_sqlite and conn.exec_driver_sql("PRAGMA foreign_key_check").first():
+                            raise StoreError(
+                                f"cannot migrate database {self._where()}: the migration would break "
+                                "foreign keys; nothing was changed"
+                            )
+            finally:
+                if self._is_sqlite and not conn.invalidated:
+                    conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
+
+    def _check_revisions(self, current: Sequence[str], known: set[str], head: str | None) -> None:
+        unknown = [rev for rev in current if rev not in known]
+        if unknown:
+            raise StoreError(
+                f"database {self._where()} has schema revision {', '.join(unknown)}, which this version "
+                f"of lesson-arena does not know (newest known: {head}); upgrade lesson-arena or use another database"
+            )
+
+    @property
+    def url(self) -> str:
+        """The SQLAlchemy URL of the database (password included; don't print it)."""
+        return self._url.render_as_string(hide_password=False)
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database file, or None for other backends and in-memory SQLite."""
+        return self._sqlite_path
+
+    def close(self) -> None:
+        """Close every pooled connection; the store must not be used afterwards."""
+        self._engine.dispose()
+
+    def __enter__(self) -> LessonStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LessonStore({self._url.render_as_string(hide_password=True)!r})"
+
+    def _read(self) -> Session:
+        return Session(self._engine)
+
+    def _write(self) -> Session:
+        """A session whose transaction starts with BEGIN IMMEDIATE on SQLite."""
+        return Session(self._write_engine)
+
+    @staticmethod
+    def _require_session(s: Session, session_id: int) -> SessionRow:
+        row = s.get(SessionRow, session_id)
+        if row is None:
+            raise StoreError(f"no session with id {session_id}")
+        return row
+
+    # ----------------------------------------------------------------- sessions
+
+    def create_session(self, name: str, config: dict[str, Any], seed: int) -> int:
+        """Create a session in status ``"running"``.
+
+        Args:
+            name: unique session name (e.g. from :meth:`new_session_name`).
+            config: the session's configuration, JSON-serialisable.
+            seed: the session's random seed.
+
+        Returns:
+            The new session's id.
+
+        Raises:
+            StoreError: a session with this name already exists.
+        """
+        with self._write() as s, s.begin():
+            if s.scalar(select(SessionRow.id).where(SessionRow.name == name)) is not None:
+                raise StoreError(f"session {name} already exists; use --resume {name} or pick another --session")
+            row = SessionRow(name=name, config=dict(config), seed=int(seed), status="running")
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def get_session(self, name: str) -> SessionInfo | None:
+        """The session called ``name``, or None."""
+        with self._read() as s:
+            row = s.scalar(select(SessionRow).where(SessionRow.name == name))
+            return _session_info(row) if row is not None else None
+
+    def set_session_status(self, session_id: int, status: str, summary: dict[str, Any] | None = None) -> None:
+        """Set a session's status; ``finished_at`` becomes now (None again for ``"running"``).
+
+        Args:
+            session_id: the session's id.
+            status: "running" | "finished" | "failed" | "interrupted".
+            summary: replaces the stored summary when given; None keeps it.
+
+        Raises:
+            ValueError: unknown status.
+            StoreError: no such session.
+        """
+        if status not in SESSION_STATUSES:
+            raise ValueError(f"session status must be one of {SESSION_STATUSES}, not {status!r}")
+        with self._write() as s, s.begin():
+            row = self._require_session(s, session_id)
+            row.status = status
+            row.finished_at = None if status == "running" else utcnow()
+            if summary is not None:
+                row.summary = dict(summary)
+
+    def new_session_name(self, now: datetime | None = None) -> str:
+        """A free session name ``run-YYYYMMDD-HHMMSS`` (local time), with ``-2``, ``-3``... if taken.
+
+        Args:
+            now: the time to name the session after; None: the current local time.
+        """
+        base = f"run-{(now or datetime.now()):%Y%m%d-%H%M%S}"
+        with self._read() as s:
+            taken = set(s.scalars(select(SessionRow.name).where(SessionRow.name.startswith(base, autoescape=True))))
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}-{n}"
+        return name
+
+    # ----------------------------------------------------------------- tasks
+
+    def upsert_tasks(self, session_id: int, tasks: Iterable[TaskLike]) -> dict[str, int]:
+        """Store a session's tasks; tasks whose key is already stored are left as they are.
+
+        Args:
+            session_id: the session's id.
+            tasks: objects with ``task_key, family, split, question, answer, source,
+                metadata`` (a dict); a key repeated within ``tasks`` is stored once.
+
+        Returns:
+            task_key -> task id, for every key in ``tasks``. Idempotent: the same keys give
+            the same ids on every call.
+
+        Raises:
+            ValueError: a split other than "train" / "heldout".
+            StoreError: no such session.
+        """
+        tasks = list(tasks)
+        for t in tasks:
+            if t.split not in SPLITS:
+                raise ValueError(f"task {t.task_key}: split must be one of {SPLITS}, not {t.split!r}")
+        with self._write() as s, s.begin():
+            self._require_session(s, session_id)
+            ids: dict[str, int] = {
+                key: task_id
+                for key, task_id in s.execute(
+                    select(TaskRow.task_key, TaskRow.id).where(TaskRow.session_id == session_id)
+                )
+            }
+            new: dict[str, TaskRow] = {}
+            for t in tasks:
+                if t.task_key in ids or t.task_key in new:
+                    continue
+                new[t.task_key] = TaskRow(
+                    session_id=session_id,
+                    task_key=t.task_key,
+                    family=t.family,
+                    split=t.split,
+                    question=t.question,
+                    answer=t.answer,
+                    source=t.source,
+                    meta=dict(t.metadata or {}),
+                )
+            s.add_all(new.values())
+            s.flush()
+            ids.update({key: row.id for key, row in new.items()})
+            return {t.task_key: ids[t.task_key] for t in tasks}
+
+    # ----------------------------------------------------------------- episodes
+
+    def finished_episode_keys(self, session_id: int) -> set[str]:
+        """The keys of every episode recorded for the session (a resumed session skips them)."""
+        with self._read() as s:
+            return set(s.scalars(select(EpisodeRow.episode_key).where(EpisodeRow.session_id == session_id)))
+
+    def record_episode(self, rec: EpisodeRecord) -> EpisodeResult | None:
+        """Store a finished episode and apply its curation, in one transaction.
+
+        Writes the episode and its rollouts, adds 1 to ``times_in_context`` of each lesson
+        in ``rec.lessons_in_context``, then applies ``rec.reflection``:
+
+        - each ``AddOp`` creates an active lesson ``f"{scope}-{n:05d}"`` with an ADD event
+          (provenance: this episode and its rollouts), unless its normalised text
+          (:func:`normalise_lesson_text`) equals a non-retired lesson of the same scope;
+          then that lesson is upvoted instead (helpful += 1, UPVOTE event);
+        - each ``LessonTag`` on a lesson that was in context adds 1 to its helpful /
+          harmful / neutral counter with an UPVOTE / DOWNVOTE / TAG_NEUTRAL event (its
+          rationale is the reflection's ``analysis``). Tags on lessons not in context,
+          unknown lessons, and second tags of one lesson are rejected.
+
+        Lesson ids in context that are not in the library are skipped. ``mean_reward`` is
+        the mean reward of the unguided rollouts (of all rollouts if every one is guided;
+        0.0 without rollouts). The ADD op set follows ACE / ExpeL's insight operations.
+
+        Args:
+            rec: the episode.
+
+        Returns:
+            What was applied (:class:`EpisodeResult`), or None if ``(rec.session_id,
+            rec.episode_key)`` was already recorded; then nothing is written.
+
+        Raises:
+            StoreError: no such session, or the task key was not stored with
+                :meth:`upsert_tasks`.
+        """
+        now = utcnow()
+        context_ids = list(dict.fromkeys(rec.lessons_in_context))
+        unguided = [r.reward for r in rec.rollouts if not r.guided] or [r.reward for r in rec.rollouts]
+        mean_reward = statistics.fmean(unguided) if unguided else 0.0
+        reflection_json: dict[str, Any] | None = None
+        if rec.reflection is not None or rec.reflection_raw or rec.reflection_error:
+            reflection_json = {
+                "raw": rec.reflection_raw,
+                "parsed": rec.reflection.model_dump(mode="json") if rec.reflection is not None else None,
+                "error": rec.reflection_error,
+            }
+
+        with self._write() as s, s.begin():
+            self._require_session(s, rec.session_id)
+            exists = s.scalar(
+                select(EpisodeRow.id).where(
+                    EpisodeRow.session_id == rec.session_id, EpisodeRow.episode_key == rec.episode_key
+                )
+            )
+            if exists is not None:
+                return None
+            task_id = s.scalar(
+                select(TaskRow.id).where(TaskRow.session_id == rec.session_id, TaskRow.task_key == rec.task_key)
+            )
+            if task_id is None:
+                raise StoreError(f"task {rec.task_key} is not stored for session {rec.session_id}; call upsert_tasks first")
+
+            episode = EpisodeRow(
+                session_id=rec.session_id,
+                episode_key=rec.episode_key,
+                round=rec.round,
+                task_id=task_id,
+                system_prompt=rec.system_prompt,
+                lessons_in_context=list(context_ids),
+                reflection=reflection_json,
+                reflection_error=rec.reflection_error,
+                mean_reward=mean_reward,
+                started_at=rec.started_at or now,
+                finished_at=rec.finished_at or now,
+            )
+            s.add(episode)
+            s.flush()
+            rollouts = [
+                RolloutRow(
+                    episode_id=episode.id,
+                    idx=r.idx,
+                    guided=r.guided,
+                    messages=[dict(m) for m in r.messages],
+                    completion=r.completion,
+                    extracted_answer=r.extracted_answer,
+                    reward=float(r.reward),
+                    critique=r.critique,
+                    prompt_tokens=r.prompt_tokens,
+                    completion_tokens=r.completion_tokens,
+                    finish_reason=r.finish_reason,
+                    latency_s=float(r.latency_s),
+                )
+                for r in rec.rollouts
+            ]
+            s.add_all(rollouts)
+            s.flush()
+            rollout_ids = [r.id for r in rollouts]
+            result = EpisodeResult(episode_id=episode.id)
+
+            in_context: dict[str, LessonRow] = {}
+            if context_ids:
+                in_context = {
+                    row.lesson_id: row for row in s.scalars(select(LessonRow).where(LessonRow.lesson_id.in_(context_ids)))
+                }
+                if in_context:
+                    s.execute(
+                        update(LessonRow)
+                        .where(LessonRow.id.in_([row.id for row in in_context.values()]))
+                        .values(times_in_context=LessonRow.times_in_context + 1)
+                    )
+
+            refl = rec.reflection
+            if refl is not None:
+                self._apply_tags(s, refl, context_ids, in_context, episode.id, rollout_ids, now, result)
+                self._apply_adds(s, refl, episode.id, rollout_ids, now, result)
+            return result
+
+    def _bump(self, s: Session, lesson: LessonRow, counter: str, now: datetime) -> None:
+        """counter += 1 in SQL (atomic on every backend)."""
+        column = getattr(LessonRow, counter)
+        s.execute(update(LessonRow).where(LessonRow.id == lesson.id).values({counter: column + 1, "updated_at": now}))
+
+    def _apply_tags(
+        self,
+        s: Session,
+        refl: Reflection,
+        context_ids: list[str],
+        in_context: dict[str, LessonRow],
+        episode_id: int,
+        rollout_ids: list[int],
+        now: datetime,
+        result: EpisodeResult,
+    ) -> None:
+        tagged: set[str] = set()
+        for tag in refl.tags:
+            op_text = f"TAG {tag.lesson_id} {tag.tag}"
+            if tag.lesson_id not in context_ids:
+                result.rejected_ops.append(f"{op_text}: lesson was not in context")
+                continue
+            lesson = in_context.get(tag.lesson_id)
+            if lesson is None:
+                result.rejected_ops.append(f"{op_text}: no such lesson")
+                continue
+            if tag.lesson_id in tagged:
+                result.rejected_ops.append(f"{op_text}: lesson already tagged in this reflection")
+                continue
+            tagged.add(tag.lesson_id)
+            counter, op = _TAG_EFFECT[tag.tag]
+            self._bump(s, lesson, counter, now)
+            s.add(
+                LessonEventRow(
+                    lesson_id=lesson.id,
+                    op=op,
+                    rationale=refl.analysis,
+                    episode_id=episode_id,
+                    rollout_ids=list(rollout_ids),
+                    created_at=now,
+                )
+            )
+            {"helpful": result.upvoted, "harmful": result.downvoted, "neutral": result.neutral}[tag.tag].append(
+                lesson.lesson_id
+            )
+
+    def _apply_adds(
+        self,
+        s: Session,
+        refl: Reflection,
+        episode_id: int,
+        rollout_ids: list[int],
+        now: datetime,
+        result: EpisodeResult,
+    ) -> None:
+        by_text: dict[str, dict[str, LessonRow]] = {}  # scope -> normalised text -> lesson
+        next_n: dict[str, int] = {}  # scope -> next lesson number
+        for add in refl.add:
+            scope = add.scope or GLOBAL_SCOPE
+            norm = normalise_lesson_text(add.text)
+            if not norm:
+                result.rejected_ops.append(f"ADD {add.text!r}: no words in the lesson text")
+                continue
+            if scope not in by_text:
+                rows = s.scalars(select(LessonRow).where(LessonRow.scope == scope, LessonRow.status != "retired"))
+                by_text[scope] = {}
+                for row in rows:
+                    by_text[scope].setdefault(normalise_lesson_text(row.text), row)
+            same = by_text[scope].get(norm)
+            if same is not None:
+                self._bump(s, same, "helpful", now)
+                s.add(
+                    LessonEventRow(
+                        lesson_id=same.id,
+                        op="UPVOTE",
+                        rationale=_one_line(f"re-proposed by ADD {add.text!r}. {add.rationale}"),
+                        episode_id=episode_id,
+                        rollout_ids=list(rollout_ids),
+                        created_at=now,
+                    )
+                )
+                result.upvoted.append(same.lesson_id)
+                continue
+            if scope not in next_n:
+                next_n[scope] = self._next_lesson_number(s, scope)
+            lesson = LessonRow(
+                lesson_id=f"{scope}-{next_n[scope]:05d}",
+                text=add.text,
+                scope=scope,
+                status="active",
+                helpful=0,
+                harmful=0,
+                neutral=0,
+                times_in_context=0,
+                source_episode_id=episode_id,
+                created_at=now,
+                updated_at=now,
+            )
+            next_n[scope] += 1
+            s.add(lesson)
+            s.flush()
+            s.add(
+                LessonEventRow(
+                    lesson_id=lesson.id,
+                    op="ADD",
+                    before=None,
+                    after=add.text,
+                    rationale=add.rationale,
+                    episode_id=episode_id,
+                    rollout_ids=list(rollout_ids),
+                    created_at=now,
+                )
+            )
+            by_text[scope][norm] = lesson
+            result.lessons_added.append(lesson.lesson_id)
+
+    @staticmethod
+    def _next_lesson_number(s: Session, scope: str) -> int:
+        """1 + the largest n of the scope's ``f"{scope}-{n:05d}"`` ids (1 for a new scope)."""
+        prefix = f"{scope}-"
+        numbers = [
+            int(lid[len(prefix):])
+            for lid in s.scalars(select(LessonRow.lesson_id).where(LessonRow.scope == scope))
+            if lid.startswith(prefix) and lid[len(prefix):].isdigit()
+        ]
+        return max(numbers, default=0) + 1
+
+    # ----------------------------------------------------------------- lessons
+
+    def active_lessons(self, family: str | None) -> list[LessonInfo]:
+        """The active lessons for a task family, best first.
+
+        Args:
+            family: a task family; its lessons and the global ones are returned. None:
+                every active lesson.
+
+        Returns:
+            Ordered by helpful - harmful (descending), then creation (oldest first).
+        """
+        q = select(LessonRow).where(LessonRow.status == "active")
+        if family is not None:
+            q = q.where(LessonRow.scope.in_([family, GLOBAL_SCOPE]))
+        q = q.order_by((LessonRow.helpful - LessonRow.harmful).desc(), LessonRow.created_at, LessonRow.id)
+        with self._read() as s:
+            return [_lesson_info(row) for row in s.scalars(q)]
+
+    def list_lessons(self, status: str | None = None, scope: str | None = None) -> list[LessonInfo]:
+        """Every lesson, oldest first, optionally only those with ``status`` / ``scope``.
+
+        Raises:
+            ValueError: unknown status.
+        """
+        q = select(LessonRow)
+        if status is not None:
+            if status not in LESSON_STATUSES:
+                raise ValueError(f"lesson status must be one of {LESSON_STATUSES}, not {status!r}")
+            q = q.where(LessonRow.status == status)
+        if scope is not None:
+            q = q.where(LessonRow.scope == scope)
+        with self._read() as s:
+            return [_lesson_info(row) for row in s.scalars(q.order_by(LessonRow.id))]
+
+    def get_lesson(self, lesson_id: str) -> LessonInfo | None:
+        """The lesson with this readable id (e.g. ``"chain_sum-00012"``), or None."""
+        with self._read() as s:
+            row = s.scalar(select(LessonRow).where(LessonRow.lesson_id == lesson_id))
+            return _lesson_info(row) if row is not None else None
+
+    def lesson_events(self, lesson_id: str) -> list[EventInfo]:
+        """A lesson's audit log, oldest first (empty for an unknown id)."""
+        q = (
+            select(LessonEventRow, LessonRow.lesson_id)
+            .join(LessonRow, LessonEventRow.lesson_id == LessonRow.id)
+            .where(LessonRow.lesson_id == lesson_id)
+            .order_by(LessonEventRow.id)
+        )
+        with self._read() as s:
+            return [
+                EventInfo(
+                    id=ev.id,
+                    lesson_id=lid,
+                    op=ev.op,
+                    before=ev.before,
+                    after=ev.after,
+                    rationale=ev.rationale,
+                    episode_id=ev.episode_id,
+                    rollout_ids=list(ev.rollout_ids or []),
+                    created_at=ev.created_at,
+                )
+                for ev, lid in s.execute(q)
+            ]
+
+    # ----------------------------------------------------------------- evaluations
+
+    def record_evaluation(
+        self,
+        session_id: int,
+        name: str,
+        split: str,
+        with_lessons: bool,
+        rewards: Sequence[float],
+        ci: tuple[float, float],
+        details: dict[str, Any],
+    ) -> None:
+        """Store (or replace) the evaluation ``name`` of a session.
+
+        Args:
+            session_id: the session's id.
+            name: e.g. "heldout_before", "heldout_after", "heldout_after_no_lessons";
+                recording the same name again replaces the earlier row.
+            split: the split evaluated ("heldout", "train").
+            with_lessons: whether the solver had the lessons in context.
+            rewards: one reward in [0, 1] per task; a task passes when reward >= 1 (up to
+                1e-9); n = len(rewards), pass_at_1 = passes / n (0.0 when n = 0).
+            ci: (low, high) confidence interval of pass_at_1.
+            details: stored as given, with ``details["rewards"] = list(rewards)`` added
+                unless the caller set that key.
+
+        Raises:
+            StoreError: no such session.
+        """
+        n = len(rewards)
+        passes = sum(1 for r in rewards if r >= PASS_THRESHOLD)
+        payload = dict(details)
+        payload.setdefault("rewards", [float(r) for r in rewards])
+        values = dict(
+            split=split,
+            with_lessons=bool(with_lessons),
+            n=n,
+            passes=passes,
+            pass_at_1=passes / n if n else 0.0,
+            ci_lo=float(ci[0]),
+            ci_hi=float(ci[1]),
+            details=payload,
+            created_at=utcnow(),
+        )
+        with self._write() as s, s.begin():
+            self._require_session(s, session_id)
+            row = s.scalar(
+                select(EvaluationRow).where(EvaluationRow.session_id == session_id, EvaluationRow.name == name)
+            )
+            if row is None:
+                s.add(EvaluationRow(session_id=session_id, name=name, **values))
+            else:
+                for key, value in values.items():
+                    setattr(row, key, value)
+
+    def evaluations(self, session_id: int) -> dict[str, EvaluationInfo]:
+        """The session's evaluations by name, in the order they were first recorded."""
+        q = select(EvaluationRow).where(EvaluationRow.session_id == session_id).order_by(EvaluationRow.id)
+        with self._read() as s:
+            return {row.name: _evaluation_info(row) for row in s.scalars(q)}
+
+    # ----------------------------------------------------------------- stats
+
+    def session_stats(self, session_id: int) -> dict[str, Any]:
+        """Counts for a session's summary line.
+
+        Returns:
+            ``episodes``; ``rollouts`` (all, guided included); ``guided_rollouts``;
+            ``mean_reward`` (mean over unguided rollouts, 0.0 if none); ``lessons_added``
+            (ADD events from this session's episodes); ``lessons_active`` (active lessons
+            in the whole library, all sessions); ``reflections_failed`` (episodes stored
+            with a ``reflection_error``).
+        """
+        in_session = EpisodeRow.session_id == session_id
+        with self._read() as s:
+            episodes = s.scalar(select(func.count()).select_from(EpisodeRow).where(in_session)) or 0
+            rollouts = s.scalar(select(func.count(RolloutRow.id)).join(EpisodeRow).where(in_session)) or 0
+            guided = (
+                s.scalar(select(func.count(RolloutRow.id)).join(EpisodeRow).where(in_session, RolloutRow.guided)) or 0
+            )
+            mean = s.scalar(select(func.avg(RolloutRow.reward)).join(EpisodeRow).where(in_session, ~RolloutRow.guided))
+            added = (
+                s.scalar(
+                    select(func.count(LessonEventRow.id))
+                    .join(EpisodeRow, LessonEventRow.episode_id == EpisodeRow.id)
+                    .where(in_session, LessonEventRow.op == "ADD")
+                )
+                or 0
+            )
+            active = s.scalar(select(func.count(LessonRow.id)).where(LessonRow.status == "active")) or 0
+            failed = (
+                s.scalar(select(func.count(EpisodeRow.id)).where(in_session, EpisodeRow.reflection_error.is_not(None)))
+                or 0
+            )
+        return {
+            "episodes": episodes,
+            "rollouts": rollouts,
+            "guided_rollouts": guided,
+            "mean_reward": float(mean) if mean is not None else 0.0,
+            "lessons_added": added,
+            "lessons_active": active,
+            "reflections_failed": failed,
+        }
+
+    def round_rewards(self, session_id: int) -> dict[int, list[list[float]]]:
+        """The rewards of each episode's group, by round: the input of pass@k per round.
+
+        Returns:
+            round -> one list per episode (in recording order) of its unguided rollouts'
+            rewards (by ``idx``). Rounds without episodes are absent.
+        """
+        q = (
+            select(EpisodeRow.round, EpisodeRow.id, RolloutRow.reward)
+            .join(RolloutRow, RolloutRow.episode_id == EpisodeRow.id)
+            .where(EpisodeRow.session_id == session_id, ~RolloutRow.guided)
+            .order_by(EpisodeRow.round, EpisodeRow.id, RolloutRow.idx, RolloutRow.id)
+        )
+        groups: dict[int, dict[int, list[float]]] = {}
+        with self._read() as s:
+            for rnd, episode_id, reward in s.execute(q):
+                groups.setdefault(rnd, {}).setdefault(episode_id, []).append(reward)
+        return {rnd: list(by_episode.values()) for rnd, by_episode in groups.items()}

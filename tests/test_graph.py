@@ -1,0 +1,172 @@
+"""The episode graph and the session runner with deterministic fake policies (no model)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from agents.fake import FakePolicy
+from arena.config import SessionConfig
+from arena.graph import EpisodeSettings, Roles, build_episode_graph
+from arena.runner import run_session
+from arena.tasks import load_tasks
+from lessons.store import LessonStore
+
+LESSON = "Add the ones digits first, then the tens, and carry when a column passes nine."
+
+
+def write_tasks(path, n=12):
+    lines = []
+    for i in range(n):
+        a, b = 10 + i, 20 + 2 * i
+        lines.append(json.dumps({"question": f"Compute {a} plus {b}.", "answer": str(a + b), "family": "adding"}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def solver_responder(messages, i):
+    """Rollouts 0 and 1 answer correctly, the rest are off by one; lessons never change that."""
+    a, b = map(int, re.findall(r"\d+", messages[-1]["content"]))
+    return f"{a} + {b} = {a + b}. <answer>{a + b if i < 2 else a + b + 1}</answer>"
+
+
+def teacher_responder(messages, i):
+    shown = re.findall(r"^- (\S+):", messages[1]["content"], re.M)
+    return "```json\n" + json.dumps(
+        {
+            "analysis": "The correct attempts added column by column.",
+            "add": [{"text": LESSON, "scope": "adding"}],
+            "tags": [{"lesson_id": lid, "tag": "helpful"} for lid in shown],
+        }
+    ) + "\n```"
+
+
+@pytest.fixture
+def setup(tmp_path):
+    store = LessonStore(str(tmp_path / "arena.db"))
+    splits = load_tasks([], write_tasks(tmp_path / "adding.jsonl"), n_train=3, n_heldout=4, seed=1)
+    cfg = SessionConfig(db=str(tmp_path / "arena.db"), families=[], tasks_file=tmp_path / "adding.jsonl",
+                        train_tasks=3, heldout_tasks=4, rounds=2, rollouts=4)
+    yield store, splits, cfg
+    store.close()
+
+
+def test_session_records_groups_rewards_and_lessons(setup):
+    store, splits, cfg = setup
+    solver, teacher = FakePolicy(solver_responder, "solver"), FakePolicy(teacher_responder, "teacher")
+    summary = run_session(cfg, store, Roles(solver, teacher), splits, "s1", checkpointer=InMemorySaver())
+
+    assert summary["episodes"] == 6  # 2 rounds x 3 train tasks
+    assert summary["rollouts"] == 24
+    assert summary["mean_reward"] == pytest.approx(0.5)  # 2 of 4 rollouts correct in every group
+    assert summary["lessons_added"] == 1  # the same lesson proposed 6 times is one lesson, upvoted
+    assert summary["lessons_active"] == 1
+    # held-out: greedy sampling with the fake is rollout 0 → always correct
+    for name in ("heldout_before", "heldout_after", "heldout_after_no_lessons"):
+        assert summary[name]["pass_at_1"] == 1.0 and summary[name]["n"] == 4
+        lo, hi = summary[name]["ci95"]
+        assert 0.0 < lo < 1.0 and hi == 1.0
+    assert summary["rounds"][0]["pass_at_4"] == 1.0
+    assert summary["rounds"][0]["pass_at_1"] == pytest.approx(0.5)
+
+    # the lesson reached the solver's system prompt after it was written, inside the delimited section
+    prompts = [calls[0][0]["content"] for calls in solver.calls if calls[1] == 4]
+    assert LESSON not in prompts[0]
+    assert any("<lessons>\n1. " + LESSON in p for p in prompts[1:])
+    # the reference answer never reaches the solver
+    for msgs, _ in solver.calls:
+        q = msgs[-1]["content"]
+        a, b = map(int, re.findall(r"\d+", q))
+        assert str(a + b) not in " ".join(m["content"] for m in msgs)
+    lesson = store.active_lessons("adding")[0]
+    assert lesson.helpful >= 1  # tagged helpful by the teacher once it was shown
+
+
+def test_malformed_teacher_reply_is_recorded_and_the_session_continues(setup):
+    store, splits, cfg = setup
+    cfg = cfg.model_copy(update={"rounds": 1})
+    replies = iter(["not json at all", '{"add": [{"text": 5}]}'] * 10)
+    teacher = FakePolicy(lambda m, i: next(replies), "teacher")
+    summary = run_session(cfg, store, Roles(FakePolicy(solver_responder), teacher), splits, "s2", checkpointer=InMemorySaver())
+    assert summary["episodes"] == 3
+    assert summary["lessons_added"] == 0
+    assert summary["reflections_failed"] == 3
+    # each reflection was tried twice: the retry shows the validation error to the model
+    assert len(teacher.calls) == 6
+    retry_msgs = teacher.calls[1][0]
+    assert retry_msgs[-2]["role"] == "assistant" and "could not be used" in retry_msgs[-1]["content"]
+
+
+def test_lesson_leaking_the_reference_answer_is_rejected(setup):
+    store, splits, cfg = setup
+    cfg = cfg.model_copy(update={"rounds": 1})
+
+    def leaky(messages, i):
+        a, b = map(int, re.findall(r"\d+", messages[1]["content"].split("Attempts:")[0]))
+        return json.dumps({"add": [{"text": f"The answer to this one is {a + b}, remember it."}]})
+
+    summary = run_session(cfg, store, Roles(FakePolicy(solver_responder), FakePolicy(leaky)), splits, "s3",
+                          checkpointer=InMemorySaver())
+    assert summary["lessons_added"] == 0
+    assert store.list_lessons() == []
+
+
+class Crash(Exception):
+    pass
+
+
+def test_resume_continues_mid_episode_without_duplicates(setup, tmp_path):
+    store, splits, cfg = setup
+    cfg = cfg.model_copy(update={"rounds": 1})
+    solver = FakePolicy(solver_responder, "solver")
+    calls = {"n": 0}
+
+    def flaky_teacher(messages, i):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second episode's reflection dies (process killed)
+            raise Crash()
+        return teacher_responder(messages, i)
+
+    conn = sqlite3.connect(str(tmp_path / "ckpt.sqlite"), check_same_thread=False)
+    with pytest.raises(Crash):
+        run_session(cfg, store, Roles(solver, FakePolicy(flaky_teacher)), splits, "s4", checkpointer=SqliteSaver(conn))
+    assert store.get_session("s4").status == "failed"
+    assert len(store.finished_episode_keys(store.get_session("s4").id)) == 1
+    groups_sampled = sum(1 for _, n in solver.calls if n == 4)
+    assert groups_sampled == 2
+
+    summary = run_session(cfg, store, Roles(solver, FakePolicy(flaky_teacher)), splits, "s4", resume=True,
+                          checkpointer=SqliteSaver(conn))
+    assert summary["episodes"] == 3 and summary["rollouts"] == 12
+    # the interrupted episode resumed after `grade`: its group was not sampled again
+    assert sum(1 for _, n in solver.calls if n == 4) == 3
+    assert store.get_session("s4").status == "finished"
+    conn.close()
+
+
+def test_graph_state_is_checkpointed_after_every_node(setup):
+    store, splits, cfg = setup
+    sid = store.create_session("s5", cfg.model_dump(mode="json"), 0)
+    store.upsert_tasks(sid, splits.train)
+    saver = InMemorySaver()
+    graph = build_episode_graph(
+        Roles(FakePolicy(solver_responder), FakePolicy(teacher_responder)),
+        store, {t.task_key: t for t in splits.train}, EpisodeSettings(rollouts=4), saver,
+    )
+    task = splits.train[0]
+    thread = {"configurable": {"thread_id": "t1"}}
+    final = graph.invoke({"session_id": sid, "episode_key": "r001-x", "round": 1, "task_key": task.task_key, "seed": 3}, thread)
+    assert [g["reward"] for g in final["grades"]] == [1.0, 1.0, 0.0, 0.0]
+    assert final["grades"][2]["critique"].startswith("answer ")
+    pending = [node for snap in graph.get_state_history(thread) for node in snap.next]
+    assert {"retrieve_lessons", "solve", "grade", "reflect", "curate"} <= set(pending)
+    # invoking the same episode again records nothing twice
+    again = graph.invoke({"session_id": sid, "episode_key": "r001-x", "round": 1, "task_key": task.task_key, "seed": 3},
+                         {"configurable": {"thread_id": "t2"}})
+    assert again["episode_id"] is None
+    assert store.session_stats(sid)["episodes"] == 1
