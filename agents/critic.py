@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from agents.parsing import contains_token
 from agents.policy import Completion, Policy
 
 # Must make the critic name the first mistake in one sentence, without giving the answer.
@@ -84,7 +85,7 @@ def grade_group(
                 max_tokens=48,
             )[0].text
             note = _one_line(out, 160)
-            if reference_answer and re.search(rf"(?<![\w.]){re.escape(reference_answer)}(?![\w.])", note):
+            if reference_answer and contains_token(note, reference_answer.strip()):
                 note = "[critique withheld: it stated the answer]"
             if note:
                 g.critique = _one_line(f"{g.critique}; {note}")

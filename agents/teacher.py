@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agents.parsing import parse_with_retry
+from agents.parsing import contains_token, parse_with_retry
 from agents.policy import Message, Policy
 from lessons.ops import Reflection
 
@@ -77,7 +77,8 @@ def reflect_messages(
 
 
 def _numbers(text: str) -> set[str]:
-    return set(re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])", text))
+    """Number tokens in ``text`` ("57", "-3", "2.5"); a sentence-ending period is not a decimal point."""
+    return set(re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?!\w|\.\d)", text))
 
 
 def screen_reflection(
@@ -99,7 +100,7 @@ def screen_reflection(
     adds = []
     for op in reflection.add:
         text = op.text
-        if reference_answer and re.search(rf"(?<![\w.]){re.escape(reference_answer.strip())}(?![\w.])", text):
+        if reference_answer and contains_token(text, reference_answer.strip()):
             rejected.append(f"ADD rejected (contains the reference answer): {text!r}")
             continue
         leaked = _numbers(text) & task_numbers

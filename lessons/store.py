@@ -303,7 +303,11 @@ def _evaluation_info(row: EvaluationRow) -> EvaluationInfo:
 
 
 # counter column and event op of each teacher tag
-_TAG_EFFECT = {"helpful": ("helpful", "UPVOTE"), "harmful": ("harmful", "DOWNVOTE"), "neutral": ("neutral", "TAG_NEUTRAL")}
+_TAG_EFFECT = {
+    "helpful": ("helpful", "UPVOTE"),
+    "harmful": ("harmful", "DOWNVOTE"),
+    "neutral": ("neutral", "TAG_NEUTRAL"),
+}
 
 
 # --------------------------------------------------------------------------- the store
@@ -619,7 +623,9 @@ class LessonStore:
                 select(TaskRow.id).where(TaskRow.session_id == rec.session_id, TaskRow.task_key == rec.task_key)
             )
             if task_id is None:
-                raise StoreError(f"task {rec.task_key} is not stored for session {rec.session_id}; call upsert_tasks first")
+                raise StoreError(
+                    f"task {rec.task_key} is not stored for session {rec.session_id}; call upsert_tasks first"
+                )
 
             episode = EpisodeRow(
                 session_id=rec.session_id,
@@ -660,9 +666,8 @@ class LessonStore:
 
             in_context: dict[str, LessonRow] = {}
             if context_ids:
-                in_context = {
-                    row.lesson_id: row for row in s.scalars(select(LessonRow).where(LessonRow.lesson_id.in_(context_ids)))
-                }
+                rows = s.scalars(select(LessonRow).where(LessonRow.lesson_id.in_(context_ids)))
+                in_context = {row.lesson_id: row for row in rows}
                 if in_context:
                     s.execute(
                         update(LessonRow)
