@@ -317,20 +317,33 @@ class LocalPolicy:
                     results[i] = c
             return [r for r in results if r is not None]
 
-    @torch.inference_mode()
     def logprobs(self, messages: Sequence[Message], completion: str) -> list[float]:
         """Per-token log-probs of ``completion`` as the reply to ``messages``, by teacher forcing.
 
-        Returns a list of length T (completion tokens in the SmolLM2 tokenizer, natural log,
-        float32 precision), log π(y_t | x, y_<t) at temperature 1.
+        The completion is tokenised on its own (no special tokens). Returns a list of length T
+        (completion tokens, natural log), log π(y_t | x, y_<t) at temperature 1.
+        """
+        comp_ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"]
+        return self.token_logprobs(messages, comp_ids)
+
+    @torch.inference_mode()
+    def token_logprobs(self, messages: Sequence[Message], completion_ids: Sequence[int]) -> list[float]:
+        """Per-token log-probs of the given completion token ids after ``messages`` (teacher forcing).
+
+        Args:
+            messages: the context, rendered with the chat template and a generation prompt.
+            completion_ids: T token ids, e.g. :attr:`Completion.token_ids` of a sampled rollout.
+
+        Returns:
+            T floats (natural log, computed in float32): log π(y_t | x, y_<t). For a rollout
+            sampled by :meth:`sample` from the same context these equal its ``logprobs`` up to
+            batching numerics.
         """
         with self._lock:
-            tok, model = self.tokenizer, self.model
-            prompt_ids = tok(self.prompt_text(messages), add_special_tokens=False)["input_ids"]
-            comp_ids = tok(completion, add_special_tokens=False)["input_ids"]
-            if not comp_ids:
+            if not completion_ids:
                 return []
-            ids = torch.tensor([prompt_ids + comp_ids], device=self.device)
-            logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()  # (T, V)
-            lp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(comp_ids, device=self.device).unsqueeze(-1))
-            return lp.squeeze(-1).tolist()
+            prompt_ids = self.tokenizer(self.prompt_text(messages), add_special_tokens=False)["input_ids"]
+            ids = torch.tensor([prompt_ids + list(completion_ids)], device=self.device)
+            logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()  # (T, V)
+            target = torch.tensor(list(completion_ids), device=self.device).unsqueeze(-1)  # (T, 1)
+            return torch.log_softmax(logits, dim=-1).gather(-1, target).squeeze(-1).tolist()

@@ -35,6 +35,28 @@ TEACHER_PREFILL = '{"analysis": "'
 
 MAX_ADDS = 2  # lessons a single reflection may add
 
+# One worked example (a few-shot pair) so small teachers follow the format. Its lessons are
+# never accepted verbatim from a reply: a copy of the example is not a lesson learned.
+EXAMPLE_FAMILY = "chain_sum"
+EXAMPLE_QUESTION = "State the final answer to the following arithmetic problem: 31 - 48 ="
+EXAMPLE_ROLLOUTS = (
+    ("31 - 48 = 17 <answer>17</answer>", 0.0, "answer '17' is incorrect"),
+    ("48 - 31 = 17, so 31 - 48 = -17. <answer>-17</answer>", 1.0, "answer '-17' is correct"),
+    ("The answer is 79.", 0.0, "answer '79' is incorrect; no <answer> tag; answer taken from the text"),
+)
+EXAMPLE_REPLY = {
+    "analysis": "The correct attempt subtracted the smaller from the larger number and kept the minus sign; the others dropped the sign or added.",
+    "add": [
+        {"text": "When the number being subtracted is larger, compute the difference and make the result negative.", "scope": "chain_sum"},
+        {"text": "End with the final number inside <answer></answer> tags.", "scope": "global"},
+    ],
+    "tags": [],
+}
+
+# Replies that echo the format instead of filling it, or state a specific result.
+_TEMPLATE_ECHO = re.compile(r"<\s*(lesson(_id)?|id|one sentence|task family[^>]*)\s*>|helpful\|harmful", re.I)
+_STATES_RESULT = re.compile(r"\b(answer|result|sum|total)\s+(is|was|equals|=)\s*-?\d", re.I)
+
 
 @dataclass
 class RolloutView:
@@ -62,8 +84,8 @@ def _clip(text: str, limit: int) -> str:
 
 def reflect_messages(
     family: str, question: str, rollouts: Sequence[RolloutView], lessons_shown: Sequence[tuple[str, str]]
-) -> list[Message]:
-    """The teacher's chat: the task, every rollout with reward and critique, and the lessons shown."""
+) -> str:
+    """The teacher's view of one group: the task, every rollout with reward and critique, the lessons shown."""
     lines = [f"Task family: {family}", f"Task: {_clip(question, 600)}", "Attempts:"]
     for i, r in enumerate(rollouts, 1):
         lines.append(f"{i}. reward {r.reward:g} | {json.dumps(_clip(r.completion, 300))} | critique: {r.critique}")
@@ -73,7 +95,20 @@ def reflect_messages(
     else:
         lines.append("Lessons shown to the student: none")
     lines.append("Write the JSON object now.")
-    return [{"role": "system", "content": TEACHER_SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
+    return "\n".join(lines)
+
+
+def teacher_messages(
+    family: str, question: str, rollouts: Sequence[RolloutView], lessons_shown: Sequence[tuple[str, str]]
+) -> list[Message]:
+    """The full teacher chat: system prompt, the worked example (user/assistant), then this group."""
+    example = reflect_messages(EXAMPLE_FAMILY, EXAMPLE_QUESTION, [RolloutView(*r) for r in EXAMPLE_ROLLOUTS], [])
+    return [
+        {"role": "system", "content": TEACHER_SYSTEM},
+        {"role": "user", "content": example},
+        {"role": "assistant", "content": json.dumps(EXAMPLE_REPLY)},
+        {"role": "user", "content": reflect_messages(family, question, rollouts, lessons_shown)},
+    ]
 
 
 def _numbers(text: str) -> set[str]:
@@ -92,20 +127,34 @@ def screen_reflection(
 
     Rules: at most :data:`MAX_ADDS` adds; an added lesson must not contain the reference
     answer or any number that appears in the task (lessons are general, and the reference
-    answer never reaches a lesson); its scope is the task's family or ``global``; tags must
-    name a lesson that was in context (one tag per lesson, first wins).
+    answer never reaches a lesson), must not state a specific result ("the answer is 24"),
+    echo the reply template, repeat itself, or copy the worked example; its scope is the
+    task's family or ``global``; tags must name a lesson that was in context (one tag per
+    lesson, first wins).
     """
     rejected: list[str] = []
     task_numbers = _numbers(question)
+    example_texts = {a["text"] for a in EXAMPLE_REPLY["add"]}
     adds = []
     for op in reflection.add:
         text = op.text
-        if reference_answer and contains_token(text, reference_answer.strip()):
-            rejected.append(f"ADD rejected (contains the reference answer): {text!r}")
-            continue
+        reason = None
+        sentences = [x.strip().lower() for x in re.split(r"[.!?;]\s*", text) if len(x.split()) >= 3]
         leaked = _numbers(text) & task_numbers
-        if leaked:
-            rejected.append(f"ADD rejected (task-specific numbers {sorted(leaked)}): {text!r}")
+        if reference_answer and contains_token(text, reference_answer.strip()):
+            reason = "contains the reference answer"
+        elif leaked:
+            reason = f"task-specific numbers {sorted(leaked)}"
+        elif _STATES_RESULT.search(text):
+            reason = "states a specific result"
+        elif _TEMPLATE_ECHO.search(text):
+            reason = "echoes the reply template"
+        elif len(sentences) != len(set(sentences)):
+            reason = "repeats itself"
+        elif text in example_texts:
+            reason = "copies the worked example"
+        if reason:
+            rejected.append(f"ADD rejected ({reason}): {text!r}")
             continue
         if op.scope not in {family, "global"}:
             op = op.model_copy(update={"scope": family})
@@ -149,7 +198,7 @@ def reflect(
         A :class:`ReflectResult`. A reply that stays invalid after one retry gives
         ``reflection=None`` and the error; this function does not raise on bad model output.
     """
-    base = reflect_messages(family, question, rollouts, lessons_shown)
+    base = teacher_messages(family, question, rollouts, lessons_shown)
     prefill = TEACHER_PREFILL if getattr(teacher, "supports_prefill", False) else ""
 
     replies: list[str] = []
@@ -162,7 +211,9 @@ def reflect(
                 {"role": "user", "content": TEACHER_RETRY.format(error=error)},
             ]
         kwargs = {"prefill": prefill} if prefill else {}
-        out = teacher.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=seed, **kwargs)[0]
+        # a retry samples with another seed: the same seed often reproduces the same bad reply
+        attempt_seed = None if seed is None else seed + len(replies)
+        out = teacher.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=attempt_seed, **kwargs)[0]
         replies.append(prefill + out.text)
         return replies[-1]
 

@@ -86,3 +86,16 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+# --------------------------------------------------------------------------- the embedded model
+
+
+@pytest.fixture(scope="session")
+def local_policy():
+    """The real embedded SmolLM2-135M-Instruct (CPU fp32 here; converted once, then cached on disk)."""
+    from agents.local import LocalPolicy
+
+    policy = LocalPolicy()
+    policy.load()
+    return policy

@@ -36,7 +36,7 @@ def solver_responder(messages, i):
 
 
 def teacher_responder(messages, i):
-    shown = re.findall(r"^- (\S+):", messages[1]["content"], re.M)
+    shown = re.findall(r"^- (\S+):", messages[-1]["content"], re.M)
     return "```json\n" + json.dumps(
         {
             "analysis": "The correct attempts added column by column.",
@@ -84,7 +84,9 @@ def test_session_records_groups_rewards_and_lessons(setup):
         a, b = map(int, re.findall(r"\d+", q))
         assert str(a + b) not in " ".join(m["content"] for m in msgs)
     lesson = store.active_lessons("adding")[0]
-    assert lesson.helpful >= 1  # tagged helpful by the teacher once it was shown
+    # added by episode 1, then shown in the 5 later episodes and tagged helpful each time
+    assert lesson.times_in_context == 5
+    assert [e.op for e in store.lesson_events(lesson.lesson_id)].count("UPVOTE") >= 5
 
 
 def test_malformed_teacher_reply_is_recorded_and_the_session_continues(setup):
@@ -107,13 +109,14 @@ def test_lesson_leaking_the_reference_answer_is_rejected(setup):
     cfg = cfg.model_copy(update={"rounds": 1})
 
     def leaky(messages, i):
-        a, b = map(int, re.findall(r"\d+", messages[1]["content"].split("Attempts:")[0]))
-        return json.dumps({"add": [{"text": f"The answer to this one is {a + b}, remember it."}]})
+        a, b = map(int, re.findall(r"\d+", messages[-1]["content"].split("Attempts:")[0]))
+        return json.dumps({"add": [{"text": f"Remember {a + b} when adding these two."}]})
 
     summary = run_session(cfg, store, Roles(FakePolicy(solver_responder), FakePolicy(leaky)), splits, "s3",
                           checkpointer=InMemorySaver())
     assert summary["lessons_added"] == 0
     assert store.list_lessons() == []
+    assert summary["reflections_failed"] == 3  # each rejection is recorded on its episode
 
 
 class Crash(Exception):

