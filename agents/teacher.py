@@ -55,7 +55,7 @@ EXAMPLE_REPLY = {
 
 # Replies that echo the format instead of filling it, or state a specific result.
 _TEMPLATE_ECHO = re.compile(r"<\s*(lesson(_id)?|id|one sentence|task family[^>]*)\s*>|helpful\|harmful", re.I)
-_STATES_RESULT = re.compile(r"\b(answer|result|sum|total)\s+(is|was|equals|=)\s*-?\d", re.I)
+_STATES_RESULT = re.compile(r"\b(answer|result|sum|total|difference)\b[^.;:!?]{0,60}?(\bis|\bwas|\bequals|=)\s*-?\d", re.I)
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -10,6 +11,8 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
+from agents.parsing import contains_token
+from agents.solver import SOLVER_SYSTEM
 from arena.extract import extract_answer
 from arena.tasks import load_tasks, score
 from lessons.db import EpisodeRow, RolloutRow, TaskRow
@@ -46,6 +49,10 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path):
         task = tasks[task_key]
         assert rollout.extracted_answer == extract_answer(rollout.completion)
         assert rollout.reward == score(task, extract_answer(rollout.completion))
-        assert task.answer not in rollout.messages[0]["content"]  # reference answer never in the system prompt
+        # the reference answer never reaches the solver: not in the instructions, not in a lesson shown
+        system = rollout.messages[0]["content"]
+        assert system.startswith(SOLVER_SYSTEM)
+        shown = system.split("<lessons>")[1].split("</lessons>")[0].splitlines() if "<lessons>" in system else []
+        assert not any(contains_token(re.sub(r"^\d+\. ", "", line), task.answer) for line in shown)
         rewards.append(rollout.reward)
     assert summary["mean_reward"] == pytest.approx(sum(rewards) / len(rewards), abs=1e-4)

@@ -74,6 +74,7 @@ def test_screen_rejects_degenerate_and_copied_lessons():
 
     bad = [
         "The answer is 24. Check twice.",
+        "The answer to this arithmetic problem is 3.5",
         "Write <lesson_id> here for every task.",
         "Check the sign first. Check the sign first.",
         EXAMPLE_REPLY["add"][0]["text"],
