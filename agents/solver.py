@@ -75,6 +75,17 @@ def solver_messages(question: str, lessons_section: str = "") -> list[Message]:
     return [{"role": "system", "content": system}, {"role": "user", "content": question}]
 
 
+def guided_messages(messages: Sequence[Message], hint: str) -> list[Message]:
+    """The same chat with the hint appended to the last user turn (Guide's guided context).
+
+    Everything else, lessons included, is unchanged, so dropping the hint gives back the
+    unguided context exactly.
+    """
+    out = [dict(m) for m in messages]
+    out[-1]["content"] = f"{out[-1]['content']}\n\nHint:\n{hint}"
+    return out
+
+
 def solve(
     policy: Policy, messages: Sequence[Message], k: int, temperature: float, max_tokens: int, seed: int | None
 ) -> list[Completion]:

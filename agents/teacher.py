@@ -65,6 +65,7 @@ class RolloutView:
     completion: str
     reward: float
     critique: str
+    guided: bool = False  # sampled with the hint in context
 
 
 @dataclass
@@ -83,12 +84,29 @@ def _clip(text: str, limit: int) -> str:
 
 
 def reflect_messages(
-    family: str, question: str, rollouts: Sequence[RolloutView], lessons_shown: Sequence[tuple[str, str]]
+    family: str,
+    question: str,
+    rollouts: Sequence[RolloutView],
+    lessons_shown: Sequence[tuple[str, str]],
+    hint: str | None = None,
 ) -> str:
-    """The teacher's view of one group: the task, every rollout with reward and critique, the lessons shown."""
+    """The teacher's view of one group: the task, every rollout with reward and critique, the lessons shown.
+
+    Guided rollouts (sampled with ``hint``) are listed after the hint, so the teacher can ask
+    what the hint taught that a general lesson could keep.
+    """
     lines = [f"Task family: {family}", f"Task: {_clip(question, 600)}", "Attempts:"]
-    for i, r in enumerate(rollouts, 1):
-        lines.append(f"{i}. reward {r.reward:g} | {json.dumps(_clip(r.completion, 300))} | critique: {r.critique}")
+
+    def attempt(i: int, r: RolloutView) -> str:
+        return f"{i}. reward {r.reward:g} | {json.dumps(_clip(r.completion, 300))} | critique: {r.critique}"
+
+    unguided = [r for r in rollouts if not r.guided]
+    guided = [r for r in rollouts if r.guided]
+    lines += [attempt(i, r) for i, r in enumerate(unguided, 1)]
+    if guided:
+        lines.append(f"All attempts failed, so the student tried again with this hint: {json.dumps(_clip(hint or '', 400))}")
+        lines.append("Guided attempts (what did the hint teach that a general lesson could keep?):")
+        lines += [attempt(i, r) for i, r in enumerate(guided, len(unguided) + 1)]
     if lessons_shown:
         lines.append("Lessons shown to the student:")
         lines += [f"- {lid}: {json.dumps(text)}" for lid, text in lessons_shown]
@@ -99,7 +117,11 @@ def reflect_messages(
 
 
 def teacher_messages(
-    family: str, question: str, rollouts: Sequence[RolloutView], lessons_shown: Sequence[tuple[str, str]]
+    family: str,
+    question: str,
+    rollouts: Sequence[RolloutView],
+    lessons_shown: Sequence[tuple[str, str]],
+    hint: str | None = None,
 ) -> list[Message]:
     """The full teacher chat: system prompt, the worked example (user/assistant), then this group."""
     example = reflect_messages(EXAMPLE_FAMILY, EXAMPLE_QUESTION, [RolloutView(*r) for r in EXAMPLE_ROLLOUTS], [])
@@ -107,7 +129,7 @@ def teacher_messages(
         {"role": "system", "content": TEACHER_SYSTEM},
         {"role": "user", "content": example},
         {"role": "assistant", "content": json.dumps(EXAMPLE_REPLY)},
-        {"role": "user", "content": reflect_messages(family, question, rollouts, lessons_shown)},
+        {"role": "user", "content": reflect_messages(family, question, rollouts, lessons_shown, hint)},
     ]
 
 
@@ -182,6 +204,7 @@ def reflect(
     temperature: float = 0.3,
     max_tokens: int = 256,
     seed: int | None = None,
+    hint: str | None = None,
 ) -> ReflectResult:
     """Ask the teacher for curation ops on one group; validate and screen them.
 
@@ -193,12 +216,13 @@ def reflect(
         lessons_shown: ``(lesson_id, text)`` of the lessons that were in the solver's context.
         reference_answer: used only to reject lessons that leak it; never shown to the teacher.
         temperature, max_tokens, seed: sampling settings for the teacher.
+        hint: the hint the guided rollouts in ``rollouts`` were sampled with, if any.
 
     Returns:
         A :class:`ReflectResult`. A reply that stays invalid after one retry gives
         ``reflection=None`` and the error; this function does not raise on bad model output.
     """
-    base = teacher_messages(family, question, rollouts, lessons_shown)
+    base = teacher_messages(family, question, rollouts, lessons_shown, hint)
     prefill = TEACHER_PREFILL if getattr(teacher, "supports_prefill", False) else ""
 
     replies: list[str] = []

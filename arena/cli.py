@@ -51,11 +51,15 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
 
 
+_FLAG_OF_FIELD = {"families": "family", "hint_modes": "hint-mode"}
+
+
 def _config_error(e: ValidationError) -> str:
     err = e.errors()[0]
-    field = ".".join(str(p) for p in err["loc"])
+    field = str(err["loc"][0]) if err["loc"] else ""
     msg = err["msg"].removeprefix("Value error, ")
-    return f"--{field.replace('_', '-')}: {msg}" if field else msg
+    flag = _FLAG_OF_FIELD.get(field, field.replace("_", "-"))
+    return f"--{flag}: {msg}" if field else msg
 
 
 @app.callback()
@@ -84,6 +88,11 @@ def run(
     critic: Annotated[str, typer.Option(help="Critic: verifier (no model), local or openai:MODEL.")] = "verifier",
     teacher: Annotated[str, typer.Option(help="Teacher model: local or openai:MODEL.")] = "local",
     lesson_tokens: Annotated[int, typer.Option(help="Token budget of the lessons in the solver prompt.")] = 512,
+    success_threshold: Annotated[float, typer.Option(help="Reward at which a rollout succeeds; a group with none gets a hint.")] = 1.0,
+    hint_mode: Annotated[
+        Optional[list[str]],
+        typer.Option("--hint-mode", help="Hints for all-fail groups: plan, feedback, answer (repeatable or comma-separated), or none. Default: feedback,answer."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -112,6 +121,8 @@ def run(
                 db=db, families=families, tasks_file=tasks_file, train_tasks=train_tasks, heldout_tasks=heldout_tasks,
                 rounds=rounds, rollouts=rollouts, temperature=temperature, max_tokens=max_tokens, seed=seed,
                 session=session, solver=solver, critic=critic, teacher=teacher, lesson_tokens=lesson_tokens,
+                success_threshold=success_threshold,
+                **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
         # Validate tasks before touching the database, so bad input writes nothing.
         splits = load_tasks(cfg.families, cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
@@ -153,6 +164,9 @@ def print_summary(summary: dict, console: Console) -> None:
     t.add_column("value")
     for key in ("episodes", "rollouts", "mean_reward", "lessons_added", "lessons_active", "reflections_failed"):
         t.add_row(key.replace("_", " "), str(summary.get(key)))
+    t.add_row("all-fail groups → guided", f"{summary.get('all_fail_groups')} → {summary.get('guided_groups')} "
+              f"(guided success rate {summary.get('guided_success_rate')})")
+    t.add_row("pass@k unguided → with hints", f"{summary.get('pass_at_k_unguided')} → {summary.get('pass_at_k_with_hints')}")
     for r in summary.get("rounds", []):
         extra = ", ".join(f"{k} {v}" for k, v in r.items() if k.startswith("pass_at"))
         t.add_row(f"round {r['round']}", f"mean reward {r['mean_reward']}, {extra}")

@@ -34,6 +34,8 @@ class SessionConfig(BaseModel):
     max_tokens: int = 96  # solver completion cap, tokens
     teacher_max_tokens: int = 192  # teacher reflection cap, tokens
     lesson_tokens: int = 512  # budget of the lessons section in the solver prompt, solver tokens
+    success_threshold: float = 1.0  # reward at which a rollout counts as a success; all-fail groups get hints
+    hint_modes: list[str] = Field(default_factory=lambda: ["feedback", "answer"])  # plan / feedback / answer; [] disables hints
     seed: int = 0  # seeds task draws and sampling
     session: str | None = None  # session name; default run-YYYYMMDD-HHMMSS
     solver: str = "local"  # "local" or "openai:MODEL"
@@ -54,6 +56,14 @@ class SessionConfig(BaseModel):
             raise ValueError(f"must be 'verifier', 'local' or 'openai:MODEL', got {v!r}")
         return v
 
+    @field_validator("hint_modes", mode="before")
+    @classmethod
+    def _hint_modes(cls, v: object) -> list[str]:
+        from agents.hints import parse_hint_modes
+
+        values = [v] if isinstance(v, str) else list(v or [])  # type: ignore[arg-type]
+        return list(parse_hint_modes(values))
+
     @model_validator(mode="after")
     def _check(self) -> "SessionConfig":
         if self.rollouts < 2:
@@ -66,6 +76,8 @@ class SessionConfig(BaseModel):
             raise ValueError(f"temperature must be in [0, 5]; rollouts need > 0 to differ (got {self.temperature})")
         if self.max_tokens < 1 or self.teacher_max_tokens < 16:
             raise ValueError("--max-tokens must be >= 1 and the teacher's cap >= 16")
+        if not 0.0 < self.success_threshold <= 1.0:
+            raise ValueError(f"success threshold must be in (0, 1] (rewards are in [0, 1]), got {self.success_threshold}")
         if self.lesson_tokens < 0:
             raise ValueError(f"--lesson-tokens must be >= 0 (0 disables lessons in context), got {self.lesson_tokens}")
         if not self.families and self.tasks_file is None:

@@ -1,4 +1,9 @@
-"""The episode graph (LangGraph ``StateGraph``): retrieve_lessons → solve → grade → reflect → curate.
+"""The episode graph (LangGraph ``StateGraph``).
+
+```
+START → retrieve_lessons → solve → grade ─┬─ some rollout succeeded ─────────────────→ reflect → curate → END
+                                           └─ all failed → hint → solve_guided → grade_guided ┘
+```
 
 One episode is one pass over one task. State is a ``TypedDict`` of JSON-friendly values so the
 ``SqliteSaver`` checkpointer can persist it after every node: an interrupted session resumes
@@ -20,13 +25,14 @@ from typing import Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 
 from agents.critic import grade_group
+from agents.hints import FailedAttempt, write_hint
 from agents.policy import Completion, Policy
-from agents.solver import LessonView, render_lessons, solver_messages
+from agents.solver import LessonView, guided_messages, render_lessons, solver_messages
 from agents.teacher import RolloutView, reflect
 from arena.extract import extract_answer
 from arena.tasks import Task, score, verifier_feedback
 from lessons.ops import Reflection
-from lessons.store import EpisodeRecord, LessonStore, RolloutRecord
+from lessons.store import EpisodeRecord, HintRecord, LessonStore, RolloutRecord
 
 
 @dataclass
@@ -48,6 +54,9 @@ class EpisodeSettings:
     lesson_tokens: int = 512  # budget of the lessons section in the solver prompt, solver tokens
     teacher_temperature: float = 0.3  # teacher sampling temperature
     teacher_max_tokens: int = 192  # teacher reply cap, tokens
+    success_threshold: float = 1.0  # a rollout succeeds when its reward >= this; a group whose best is below is all-fail
+    hint_modes: tuple[str, ...] = ("feedback", "answer")  # hint parts for all-fail groups; () disables hints
+    hint_max_tokens: int = 96  # cap on a teacher-written plan, tokens
 
 
 class EpisodeState(TypedDict, total=False):
@@ -67,6 +76,11 @@ class EpisodeState(TypedDict, total=False):
     completions: list[dict[str, Any]]  # Completion fields + latency_s
     # grade
     grades: list[dict[str, Any]]  # {"reward", "extracted_answer", "critique"}
+    # hint → solve_guided → grade_guided (all-fail train groups only)
+    hint: dict[str, Any] | None  # {"mode", "text", "hint_id" (reused) or None, "rejected": [...]}
+    guided_messages: list[dict[str, str]]
+    guided_completions: list[dict[str, Any]]
+    guided_grades: list[dict[str, Any]]
     # reflect
     reflection: dict[str, Any] | None  # a validated lessons.ops.Reflection, as a dict
     reflection_raw: list[str]
@@ -115,21 +129,16 @@ def build_episode_graph(
         section, shown = retrieve_for_task(store, task, settings.lesson_tokens, roles.solver.count_tokens)
         return {"lessons_shown": shown, "messages": solver_messages(task.question, section)}
 
-    def solve(state: EpisodeState) -> dict:
+    def sample_group(messages: list[dict[str, str]], seed: int | None) -> list[dict[str, Any]]:
         t0 = time.perf_counter()
         outs = roles.solver.sample(
-            state["messages"],
-            n=settings.rollouts,
-            temperature=settings.temperature,
-            max_tokens=settings.max_tokens,
-            seed=state.get("seed"),
+            messages, n=settings.rollouts, temperature=settings.temperature, max_tokens=settings.max_tokens, seed=seed
         )
         latency = (time.perf_counter() - t0) / max(1, len(outs))
-        return {"completions": [{**_completion_dict(c), "latency_s": latency} for c in outs]}
+        return [{**_completion_dict(c), "latency_s": latency} for c in outs]
 
-    def grade(state: EpisodeState) -> dict:
-        task = tasks[state["task_key"]]
-        comps = [Completion(**{k: v for k, v in c.items() if k != "latency_s"}) for c in state["completions"]]
+    def grade_completions(task: Task, completions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        comps = [Completion(**{k: v for k, v in c.items() if k != "latency_s"}) for c in completions]
         grades = grade_group(
             comps,
             extract=extract_answer,
@@ -139,13 +148,66 @@ def build_episode_graph(
             critic=roles.critic,
             reference_answer=task.answer,
         )
-        return {"grades": [{"reward": g.reward, "extracted_answer": g.extracted_answer, "critique": g.critique} for g in grades]}
+        return [{"reward": g.reward, "extracted_answer": g.extracted_answer, "critique": g.critique} for g in grades]
+
+    def solve(state: EpisodeState) -> dict:
+        return {"completions": sample_group(state["messages"], state.get("seed"))}
+
+    def grade(state: EpisodeState) -> dict:
+        return {"grades": grade_completions(tasks[state["task_key"]], state["completions"])}
+
+    def route_after_grade(state: EpisodeState) -> str:
+        """``hint`` for an all-fail group of a train task when hints are on, else ``reflect``.
+
+        Held-out tasks never get hints (they are not run through this graph at all, and the
+        router refuses them anyway).
+        """
+        task = tasks[state["task_key"]]
+        best = max((g["reward"] for g in state["grades"]), default=0.0)
+        if settings.hint_modes and task.split == "train" and best < settings.success_threshold:
+            return "hint"
+        return "reflect"
+
+    def hint(state: EpisodeState) -> dict:
+        task = tasks[state["task_key"]]
+        mode = "+".join(settings.hint_modes)
+        stored = store.find_hint(state["session_id"], task.task_key, mode)
+        if stored is not None:
+            h = {"mode": stored.mode, "text": stored.text, "hint_id": stored.id, "rejected": []}
+        else:
+            failed = [
+                FailedAttempt(c["text"], g["extracted_answer"], g["critique"])
+                for c, g in zip(state["completions"], state["grades"])
+            ]
+            written = write_hint(
+                roles.teacher, settings.hint_modes, task.question, failed, task.answer,
+                max_tokens=settings.hint_max_tokens, seed=state.get("seed"),
+            )
+            if written is None:
+                return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": []}
+            h = {"mode": written.mode, "text": written.text, "hint_id": None, "rejected": written.rejected}
+        return {"hint": h, "guided_messages": guided_messages(state["messages"], h["text"])}
+
+    def route_after_hint(state: EpisodeState) -> str:
+        return "solve_guided" if state.get("hint") else "reflect"
+
+    def solve_guided(state: EpisodeState) -> dict:
+        seed = state.get("seed")
+        return {"guided_completions": sample_group(state["guided_messages"], None if seed is None else seed + 1)}
+
+    def grade_guided(state: EpisodeState) -> dict:
+        return {"guided_grades": grade_completions(tasks[state["task_key"]], state["guided_completions"])}
 
     def reflect_node(state: EpisodeState) -> dict:
         task = tasks[state["task_key"]]
         views = [
             RolloutView(c["text"], g["reward"], g["critique"]) for c, g in zip(state["completions"], state["grades"])
         ]
+        views += [
+            RolloutView(c["text"], g["reward"], g["critique"], guided=True)
+            for c, g in zip(state.get("guided_completions") or [], state.get("guided_grades") or [])
+        ]
+        h = state.get("hint")
         result = reflect(
             roles.teacher,
             task.family,
@@ -156,6 +218,7 @@ def build_episode_graph(
             temperature=settings.teacher_temperature,
             max_tokens=settings.teacher_max_tokens,
             seed=state.get("seed"),
+            hint=h["text"] if h else None,
         )
         return {
             "reflection": result.reflection.model_dump() if result.reflection else None,
@@ -166,25 +229,39 @@ def build_episode_graph(
 
     def curate(state: EpisodeState) -> dict:
         task = tasks[state["task_key"]]
-        rollouts = [
-            RolloutRecord(
-                idx=i,
-                messages=state["messages"],
-                completion=c["text"],
-                extracted_answer=g["extracted_answer"],
-                reward=g["reward"],
-                critique=g["critique"],
-                prompt_tokens=c["prompt_tokens"],
-                completion_tokens=len(c["token_ids"]) or max(1, len(c["text"].split())),
-                finish_reason=c["finish_reason"],
-                latency_s=c["latency_s"],
+        def records(completions, grades, messages, guided: bool, start: int) -> list[RolloutRecord]:
+            return [
+                RolloutRecord(
+                    idx=start + i,
+                    messages=messages,
+                    completion=c["text"],
+                    extracted_answer=g["extracted_answer"],
+                    reward=g["reward"],
+                    critique=g["critique"],
+                    prompt_tokens=c["prompt_tokens"],
+                    completion_tokens=len(c["token_ids"]) or max(1, len(c["text"].split())),
+                    finish_reason=c["finish_reason"],
+                    latency_s=c["latency_s"],
+                    guided=guided,
+                    token_ids=c["token_ids"] or None,
+                    logprobs=c["logprobs"],
+                    unguided_messages=state["messages"] if guided else None,
+                )
+                for i, (c, g) in enumerate(zip(completions, grades))
+            ]
+
+        rollouts = records(state["completions"], state["grades"], state["messages"], False, 0)
+        h = state.get("hint")
+        if h:
+            rollouts += records(
+                state["guided_completions"], state["guided_grades"], state["guided_messages"], True, len(rollouts)
             )
-            for i, (c, g) in enumerate(zip(state["completions"], state["grades"]))
-        ]
         reflection = Reflection.model_validate(state["reflection"]) if state.get("reflection") else None
         error = state.get("reflection_error")
         if state.get("rejected_ops"):
             error = "; ".join(filter(None, [error, *state["rejected_ops"]]))
+        if h and h.get("rejected"):
+            error = "; ".join(filter(None, [error, *h["rejected"]]))
         result = store.record_episode(
             EpisodeRecord(
                 session_id=state["session_id"],
@@ -197,6 +274,7 @@ def build_episode_graph(
                 reflection=reflection,
                 reflection_raw="\n---\n".join(state.get("reflection_raw", [])),
                 reflection_error=error,
+                hint=HintRecord(h["mode"], h["text"], h["hint_id"]) if h else None,
                 started_at=datetime.fromisoformat(state["started_at"]) if state.get("started_at") else None,
                 finished_at=datetime.now(timezone.utc),
             )
@@ -209,12 +287,18 @@ def build_episode_graph(
     g.add_node("retrieve_lessons", retrieve_lessons)
     g.add_node("solve", solve)
     g.add_node("grade", grade)
+    g.add_node("hint", hint)
+    g.add_node("solve_guided", solve_guided)
+    g.add_node("grade_guided", grade_guided)
     g.add_node("reflect", reflect_node)
     g.add_node("curate", curate)
     g.add_edge(START, "retrieve_lessons")
     g.add_edge("retrieve_lessons", "solve")
     g.add_edge("solve", "grade")
-    g.add_edge("grade", "reflect")
+    g.add_conditional_edges("grade", route_after_grade, ["hint", "reflect"])
+    g.add_conditional_edges("hint", route_after_hint, ["solve_guided", "reflect"])
+    g.add_edge("solve_guided", "grade_guided")
+    g.add_edge("grade_guided", "reflect")
     g.add_edge("reflect", "curate")
     g.add_edge("curate", END)
     return g.compile(checkpointer=checkpointer)

@@ -169,6 +169,8 @@ def run_session(
         max_tokens=cfg.max_tokens,
         lesson_tokens=cfg.lesson_tokens,
         teacher_max_tokens=cfg.teacher_max_tokens,
+        success_threshold=cfg.success_threshold,
+        hint_modes=tuple(cfg.hint_modes),
     )
     graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer)
     progress = (
@@ -289,4 +291,31 @@ def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: S
             }
         )
     summary["rounds"] = rounds
+    summary.update(hint_summary(store.group_outcomes(session_id), cfg.success_threshold))
     return summary
+
+
+def hint_summary(groups: Sequence[Any], threshold: float) -> dict[str, Any]:
+    """How often guidance rescues a task (Guide / Agent-RLVR measures).
+
+    Returns:
+        ``all_fail_groups`` (groups whose best unguided reward < ``threshold``),
+        ``guided_groups`` (groups re-attempted with a hint), ``guided_success_rate`` (share
+        of guided groups with at least one guided success; 0.0 when there are none),
+        ``pass_at_k_unguided`` (share of groups with an unguided success: pass@k at n = k)
+        and ``pass_at_k_with_hints`` (share solved unguided or, after all failed, guided).
+    """
+
+    def ok(rewards: Sequence[float]) -> bool:
+        return any(r >= threshold - 1e-9 for r in rewards)
+
+    n = len(groups)
+    guided = [g for g in groups if g.guided]
+    rescued = sum(ok(g.guided) for g in guided)
+    return {
+        "all_fail_groups": sum(not ok(g.unguided) for g in groups),
+        "guided_groups": len(guided),
+        "guided_success_rate": round(rescued / len(guided), 4) if guided else 0.0,
+        "pass_at_k_unguided": round(sum(ok(g.unguided) for g in groups) / n, 4) if n else 0.0,
+        "pass_at_k_with_hints": round(sum(ok(g.unguided) or ok(g.guided) for g in groups) / n, 4) if n else 0.0,
+    }

@@ -52,6 +52,7 @@ SPLITS = ("train", "heldout")
 TASK_SOURCES = ("reasoning_gym", "jsonl")
 LESSON_STATUSES = ("candidate", "active", "retired", "distilled")
 LESSON_OPS = ("ADD", "EDIT", "MERGE", "RETIRE", "UPVOTE", "DOWNVOTE", "TAG_NEUTRAL")
+HINT_MODES = ("plan", "feedback", "answer")
 
 # Where the Alembic environment and revisions live (a package, shipped with the wheel).
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -211,8 +212,36 @@ class RolloutRow(Base):
     completion_tokens: Mapped[int]
     finish_reason: Mapped[str] = mapped_column(String(50))  # "stop", "length", ...
     latency_s: Mapped[float] = mapped_column(Float)  # seconds for this sample (batched calls: share)
+    # What distillation needs (Guide, arXiv 2506.13923): completion token ids (T,) and the
+    # per-token sampling log-probs (T,) under ``messages`` — π_old(y_t | x, h, y_<t) for a
+    # guided rollout. NULL where the backend does not expose them (chat APIs give no ids).
+    token_ids: Mapped[list[Any] | None] = mapped_column(JSON())
+    logprobs: Mapped[list[Any] | None] = mapped_column(JSON())
+    # Guided rollouts only: the hint used, and the same chat without the hint (the unguided
+    # context the completion is later trained under).
+    hint_id: Mapped[int | None] = mapped_column(ForeignKey("hints.id", ondelete="SET NULL"), index=True, nullable=True)
+    unguided_messages: Mapped[list[Any] | None] = mapped_column(JSON())
 
     episode: Mapped[EpisodeRow] = relationship(back_populates="rollouts")
+
+
+class HintRow(Base):
+    """Guidance for one train task whose whole group failed (Guide; Agent-RLVR; STaR rationalization).
+
+    Reused for the same task in later rounds before a new one is written.
+    """
+
+    __tablename__ = "hints"
+
+    id: Mapped[intpk]
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    episode_id: Mapped[int | None] = mapped_column(ForeignKey("episodes.id", ondelete="SET NULL"), nullable=True)
+    mode: Mapped[str] = mapped_column(String(100))  # one of HINT_MODES, or several joined by "+"
+    text: Mapped[LongText]
+    source_rollout_ids: Mapped[JSONList]  # the failed rollouts (rollouts.id) the hint responds to
+    times_used: Mapped[Counter]  # episodes whose guided group used this hint
+    successes: Mapped[Counter]  # of those, episodes where at least one guided rollout succeeded
+    created_at: Mapped[created_ts]
 
 
 class LessonRow(Base):

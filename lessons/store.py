@@ -41,6 +41,7 @@ from lessons.db import (
     SPLITS,
     EpisodeRow,
     EvaluationRow,
+    HintRow,
     LessonEventRow,
     LessonRow,
     RolloutRow,
@@ -91,6 +92,18 @@ class RolloutRecord:
     finish_reason: str  # "stop", "length", ...
     latency_s: float  # seconds spent sampling this rollout
     guided: bool = False  # sampled with a hint in context
+    token_ids: list[int] | None = None  # completion token ids (T,), where the backend exposes them
+    logprobs: list[float] | None = None  # sampling log-probs (T,) under ``messages``, where exposed
+    unguided_messages: list[dict[str, str]] | None = None  # guided only: the same chat without the hint
+
+
+@dataclass
+class HintRecord:
+    """The hint an episode's guided rollouts used: a stored one (``hint_id``) or a new one."""
+
+    mode: str  # "plan", "feedback", "answer" or several joined by "+"
+    text: str
+    hint_id: int | None = None  # set when reusing a stored hint; None writes a new hint row
 
 
 @dataclass
@@ -107,6 +120,7 @@ class EpisodeRecord:
     reflection: Reflection | None  # the validated ops, or None when reflection failed/skipped
     reflection_raw: str = ""  # the teacher's raw reply
     reflection_error: str | None = None  # why the reply could not be parsed, if it could not
+    hint: HintRecord | None = None  # set when the group all failed and guided rollouts follow
     started_at: datetime | None = None  # None: now
     finished_at: datetime | None = None  # None: now
 
@@ -184,6 +198,31 @@ class EpisodeResult:
     downvoted: list[str] = field(default_factory=list)  # harmful tags
     neutral: list[str] = field(default_factory=list)  # neutral tags
     rejected_ops: list[str] = field(default_factory=list)  # one line per op not applied, with why
+    hint_id: int | None = None  # the hint the guided rollouts used (new or reused)
+
+
+@dataclass(frozen=True)
+class HintInfo:
+    """A stored hint and how it has fared."""
+
+    id: int
+    task_key: str
+    mode: str
+    text: str
+    source_rollout_ids: list[int]
+    times_used: int  # episodes whose guided group used it
+    successes: int  # of those, episodes with at least one guided success
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """The rewards of one episode's group, unguided and (if any) guided."""
+
+    round: int
+    task_key: str
+    unguided: list[float]
+    guided: list[float]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -283,6 +322,19 @@ def _lesson_info(row: LessonRow) -> LessonInfo:
         harmful=row.harmful,
         neutral=row.neutral,
         times_in_context=row.times_in_context,
+        created_at=row.created_at,
+    )
+
+
+def _hint_info(row: HintRow, task_key: str) -> HintInfo:
+    return HintInfo(
+        id=row.id,
+        task_key=task_key,
+        mode=row.mode,
+        text=row.text,
+        source_rollout_ids=list(row.source_rollout_ids),
+        times_used=row.times_used,
+        successes=row.successes,
         created_at=row.created_at,
     )
 
@@ -656,6 +708,9 @@ class LessonStore:
                     completion_tokens=r.completion_tokens,
                     finish_reason=r.finish_reason,
                     latency_s=float(r.latency_s),
+                    token_ids=list(r.token_ids) if r.token_ids is not None else None,
+                    logprobs=list(r.logprobs) if r.logprobs is not None else None,
+                    unguided_messages=[dict(m) for m in r.unguided_messages] if r.unguided_messages else None,
                 )
                 for r in rec.rollouts
             ]
@@ -663,6 +718,8 @@ class LessonStore:
             s.flush()
             rollout_ids = [r.id for r in rollouts]
             result = EpisodeResult(episode_id=episode.id)
+            if rec.hint is not None:
+                result.hint_id = self._record_hint(s, rec, task_id, episode.id, rollouts)
 
             in_context: dict[str, LessonRow] = {}
             if context_ids:
@@ -680,6 +737,81 @@ class LessonStore:
                 self._apply_tags(s, refl, context_ids, in_context, episode.id, rollout_ids, now, result)
                 self._apply_adds(s, refl, episode.id, rollout_ids, now, result)
             return result
+
+    def _record_hint(
+        self, s: Session, rec: EpisodeRecord, task_id: int, episode_id: int, rollouts: list[RolloutRow]
+    ) -> int:
+        """Create or reuse the episode's hint, link its guided rollouts, update its counters."""
+        assert rec.hint is not None
+        guided = [r for r in rollouts if r.guided]
+        success = any(r.reward >= 1.0 - 1e-9 for r in guided)
+        if rec.hint.hint_id is not None:
+            hint = s.get(HintRow, rec.hint.hint_id)
+            if hint is None or hint.task_id != task_id:
+                raise StoreError(f"hint {rec.hint.hint_id} does not belong to task {rec.task_key}")
+        else:
+            hint = HintRow(
+                task_id=task_id,
+                episode_id=episode_id,
+                mode=rec.hint.mode,
+                text=rec.hint.text,
+                source_rollout_ids=[r.id for r in rollouts if not r.guided],
+                times_used=0,
+                successes=0,
+            )
+            s.add(hint)
+            s.flush()
+        s.execute(
+            update(HintRow)
+            .where(HintRow.id == hint.id)
+            .values(times_used=HintRow.times_used + 1, successes=HintRow.successes + int(success))
+        )
+        for r in guided:
+            r.hint_id = hint.id
+        return hint.id
+
+    def find_hint(self, session_id: int, task_key: str, mode: str, max_failures: int = 2) -> HintInfo | None:
+        """The stored hint to reuse for a task before writing a new one, or None.
+
+        Among the session's hints for ``task_key`` with this ``mode``, the one with the best
+        success rate (then the newest); a hint used ``max_failures`` times without a single
+        guided success is not reused, so a new one gets written.
+        """
+        with self._read() as s:
+            rows = s.execute(
+                select(HintRow, TaskRow.task_key)
+                .join(TaskRow, HintRow.task_id == TaskRow.id)
+                .where(TaskRow.session_id == session_id, TaskRow.task_key == task_key, HintRow.mode == mode)
+            ).all()
+        usable = [(h, k) for h, k in rows if not (h.successes == 0 and h.times_used >= max_failures)]
+        if not usable:
+            return None
+        h, k = max(usable, key=lambda hk: (hk[0].successes / max(1, hk[0].times_used), hk[0].id))
+        return _hint_info(h, k)
+
+    def hints(self, session_id: int | None = None) -> list[HintInfo]:
+        """Stored hints (of one session, or all), oldest first."""
+        q = select(HintRow, TaskRow.task_key).join(TaskRow, HintRow.task_id == TaskRow.id).order_by(HintRow.id)
+        if session_id is not None:
+            q = q.where(TaskRow.session_id == session_id)
+        with self._read() as s:
+            return [_hint_info(h, k) for h, k in s.execute(q).all()]
+
+    def group_outcomes(self, session_id: int) -> list[GroupOutcome]:
+        """Every recorded episode's unguided and guided rewards, in episode order."""
+        with self._read() as s:
+            rows = s.execute(
+                select(EpisodeRow.id, EpisodeRow.round, TaskRow.task_key, RolloutRow.guided, RolloutRow.reward)
+                .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
+                .join(RolloutRow, RolloutRow.episode_id == EpisodeRow.id)
+                .where(EpisodeRow.session_id == session_id)
+                .order_by(EpisodeRow.id, RolloutRow.id)
+            ).all()
+        groups: dict[int, GroupOutcome] = {}
+        for eid, rnd, key, guided, reward in rows:
+            g = groups.setdefault(eid, GroupOutcome(rnd, key, [], []))
+            (g.guided if guided else g.unguided).append(float(reward))
+        return list(groups.values())
 
     def _bump(self, s: Session, lesson: LessonRow, counter: str, now: datetime) -> None:
         """counter += 1 in SQL (atomic on every backend)."""

@@ -1,0 +1,183 @@
+"""Hints for groups that all failed: the teacher's guidance for a guided re-attempt.
+
+When every rollout of a group fails there is nothing to compare and no policy gradient.
+Guide (Nath et al., arXiv 2506.13923) and Agent-RLVR (arXiv 2506.11425) put guidance in
+context and re-attempt; the guided successes are later trained as if the hint had been absent.
+Three modes, combinable:
+
+- ``plan``: the teacher writes a strategy, shown the reference answer as privileged
+  information but told not to state it (a plan that does is rejected and regenerated);
+- ``feedback``: the verifier's and critic's feedback on the failed attempts, Agent-RLVR's
+  environment feedback (a line that would reveal the answer is dropped);
+- ``answer``: the reference answer is given and the solver must derive it — STaR's
+  rationalization (Zelikman et al. 2022).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from agents.parsing import contains_token
+from agents.policy import Message, Policy
+
+HINT_MODES = ("plan", "feedback", "answer")
+
+# Must make the teacher give a strategy for THIS task without the final answer.
+PLAN_SYSTEM = (
+    "You are a teacher. A student failed a task several times. Write a short plan (at most 3 sentences) "
+    "that shows HOW to solve it: the method and the step the student got wrong. "
+    "You are shown the correct answer so your plan is right, but NEVER write the answer itself."
+)
+PLAN_ATTEMPTS = 3  # a plan that states the answer is regenerated up to this many times in all
+
+
+class HintModeError(ValueError):
+    """An unknown hint mode; the message lists the valid ones (one line)."""
+
+
+def parse_hint_modes(values: Iterable[str]) -> tuple[str, ...]:
+    """Modes from repeated and/or comma-separated values, in canonical order, deduplicated.
+
+    ``["plan,feedback", "answer"]`` → ``("plan", "feedback", "answer")``; ``["none"]`` → ``()``
+    (no hints). Raises :class:`HintModeError` on an unknown mode.
+    """
+    modes: set[str] = set()
+    for v in values:
+        for part in (p.strip().lower() for p in v.split(",")):
+            if not part or part == "none":
+                continue
+            if part not in HINT_MODES:
+                raise HintModeError(f"unknown hint mode {part!r}; choose from {', '.join(HINT_MODES)} or none")
+            modes.add(part)
+    return tuple(m for m in HINT_MODES if m in modes)
+
+
+@dataclass
+class FailedAttempt:
+    """What a hint may use of one failed rollout."""
+
+    completion: str
+    extracted_answer: str | None
+    critique: str
+
+
+@dataclass
+class Hint:
+    """A written hint: its text, the modes it combines (``"plan+answer"``) and what was rejected on the way."""
+
+    mode: str
+    text: str
+    rejected: list[str] = field(default_factory=list)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def feedback_hint(failed: Sequence[FailedAttempt], reference_answer: str, limit: int = 4) -> tuple[str, list[str]]:
+    """Agent-RLVR-style environment feedback: each distinct failed answer with its critique.
+
+    Returns ``(text, rejected)``; a line that would reveal the reference answer is dropped
+    and named in ``rejected``.
+    """
+    lines, rejected, seen = [], [], set()
+    for a in failed:
+        key = (a.extracted_answer or "").strip()
+        if key in seen:
+            continue
+        seen.add(key)
+        shown = f"answered {a.extracted_answer!r}" if a.extracted_answer else "gave no answer"
+        line = f"- An earlier attempt {shown}: {a.critique}"
+        if contains_token(line, reference_answer.strip()):
+            rejected.append("feedback line rejected (contains the reference answer)")
+            continue
+        lines.append(line)
+        if len(lines) >= limit:
+            break
+    if not lines:
+        return "", rejected
+    return "Feedback on earlier attempts (all wrong):\n" + "\n".join(lines), rejected
+
+
+def answer_hint(reference_answer: str) -> str:
+    """STaR rationalization: the answer is given; the solver must derive it."""
+    return (
+        f"The correct final answer is {reference_answer.strip()}. Work out the steps that lead to it, "
+        f"then give it on the last line as <answer>{reference_answer.strip()}</answer>."
+    )
+
+
+def plan_hint(
+    teacher: Policy,
+    question: str,
+    failed: Sequence[FailedAttempt],
+    reference_answer: str,
+    max_tokens: int = 96,
+    temperature: float = 0.3,
+    seed: int | None = None,
+    attempts: int = PLAN_ATTEMPTS,
+) -> tuple[str, list[str]]:
+    """The teacher's plan; regenerated (new seed) while it states the reference answer.
+
+    Returns ``(text, rejected)``; ``text`` is "" when every attempt leaked or was empty.
+    """
+    lines = [f"Task: {_clip(question, 600)}", f"Correct answer (do NOT write it): {reference_answer}", "Failed attempts:"]
+    lines += [f"- {_clip(a.completion, 200)!r} ({a.critique})" for a in failed[:4]]
+    lines.append("Write the plan now, without the answer.")
+    msgs: list[Message] = [{"role": "system", "content": PLAN_SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
+    rejected = []
+    for i in range(attempts):
+        s = None if seed is None else seed + i
+        text = _clip(teacher.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=s)[0].text, 600)
+        if not text:
+            rejected.append("plan rejected (empty)")
+        elif contains_token(text, reference_answer.strip()):
+            rejected.append(f"plan rejected (contains the reference answer): {text!r}")
+        else:
+            return text, rejected
+    return "", rejected
+
+
+def write_hint(
+    teacher: Policy,
+    modes: Sequence[str],
+    question: str,
+    failed: Sequence[FailedAttempt],
+    reference_answer: str,
+    max_tokens: int = 96,
+    seed: int | None = None,
+) -> Hint | None:
+    """Write a hint combining ``modes`` for one all-fail group.
+
+    Args:
+        teacher: the teacher's policy (used by ``plan`` only).
+        modes: a subset of :data:`HINT_MODES`, canonical order.
+        question: the task text.
+        failed: the group's failed rollouts.
+        reference_answer: privileged information (the task's reference answer).
+        max_tokens: cap on a plan's length.
+        seed: sampling seed for the plan.
+
+    Returns:
+        The :class:`Hint`, or None when no part could be written without leaking the answer.
+    """
+    parts, used, rejected = [], [], []
+    for mode in modes:
+        if mode == "plan":
+            text, rej = plan_hint(teacher, question, failed, reference_answer, max_tokens=max_tokens, seed=seed)
+        elif mode == "feedback":
+            text, rej = feedback_hint(failed, reference_answer)
+        elif mode == "answer":
+            text, rej = answer_hint(reference_answer), []
+        else:
+            raise HintModeError(f"unknown hint mode {mode!r}")
+        rejected += rej
+        if text:
+            parts.append(text)
+            used.append(mode)
+    if not parts:
+        return None
+    return Hint("+".join(used), "\n\n".join(parts), rejected)
