@@ -324,26 +324,30 @@ class LocalPolicy:
         (completion tokens, natural log), log π(y_t | x, y_<t) at temperature 1.
         """
         comp_ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"]
-        return self.token_logprobs(messages, comp_ids)
+        return self.token_logprobs(messages, comp_ids).tolist()
 
     @torch.inference_mode()
-    def token_logprobs(self, messages: Sequence[Message], completion_ids: Sequence[int]) -> list[float]:
-        """Per-token log-probs of the given completion token ids after ``messages`` (teacher forcing).
+    def token_logprobs(self, messages: Sequence[Message], completion_ids: Sequence[int]) -> torch.Tensor:
+        """Score any completion under any context by teacher forcing.
+
+        Used for Guide's importance ratio: a guided rollout's ids scored under the unguided
+        chat give log π_θ(y_t | x, y_<t); its stored sampling log-probs are π_old(y_t | x, h, y_<t).
 
         Args:
             messages: the context, rendered with the chat template and a generation prompt.
             completion_ids: T token ids, e.g. :attr:`Completion.token_ids` of a sampled rollout.
 
         Returns:
-            T floats (natural log, computed in float32): log π(y_t | x, y_<t). For a rollout
-            sampled by :meth:`sample` from the same context these equal its ``logprobs`` up to
+            A float32 CPU tensor of shape (T,): log π(y_t | x, y_<t), natural log, at
+            temperature 1. Its sum is the completion's sequence log-prob. For a rollout sampled
+            by :meth:`sample` from the same context it equals the rollout's ``logprobs`` up to
             batching numerics.
         """
         with self._lock:
             if not completion_ids:
-                return []
+                return torch.zeros(0, dtype=torch.float32)
             prompt_ids = self.tokenizer(self.prompt_text(messages), add_special_tokens=False)["input_ids"]
             ids = torch.tensor([prompt_ids + list(completion_ids)], device=self.device)
             logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()  # (T, V)
             target = torch.tensor(list(completion_ids), device=self.device).unsqueeze(-1)  # (T, 1)
-            return torch.log_softmax(logits, dim=-1).gather(-1, target).squeeze(-1).tolist()
+            return torch.log_softmax(logits, dim=-1).gather(-1, target).squeeze(-1).cpu()  # (T,) float32

@@ -129,6 +129,18 @@ class EpisodeRecord:
 
 
 @dataclass(frozen=True)
+class TaskInfo:
+    """A stored task (reference answer included: for the critic and audits only)."""
+
+    session: str
+    task_key: str
+    family: str
+    split: str
+    question: str
+    answer: str
+
+
+@dataclass(frozen=True)
 class SessionInfo:
     """A stored session."""
 
@@ -565,6 +577,18 @@ class LessonStore:
         return name
 
     # ----------------------------------------------------------------- tasks
+
+    def stored_tasks(self, session: str | None = None, split: str | None = None) -> list[TaskInfo]:
+        """Stored tasks of one session (by name) or all sessions, optionally of one split."""
+        q = select(TaskRow, SessionRow.name).join(SessionRow, TaskRow.session_id == SessionRow.id).order_by(TaskRow.id)
+        if session is not None:
+            q = q.where(SessionRow.name == session)
+        if split is not None:
+            q = q.where(TaskRow.split == split)
+        with self._read() as s:
+            return [
+                TaskInfo(name, t.task_key, t.family, t.split, t.question, t.answer) for t, name in s.execute(q).all()
+            ]
 
     def upsert_tasks(self, session_id: int, tasks: Iterable[TaskLike]) -> dict[str, int]:
         """Store a session's tasks; tasks whose key is already stored are left as they are.

@@ -84,7 +84,29 @@ def test_sampling_logprobs_match_teacher_forcing(local_policy):
         forced = local_policy.token_logprobs(CHAT, o.token_ids)
         assert len(forced) == len(o.token_ids)
         assert all(lp <= 0 for lp in forced)
-        assert math.isclose(sum(forced), sum(o.logprobs), abs_tol=1e-3)
+        assert math.isclose(float(forced.sum()), sum(o.logprobs), abs_tol=1e-3)
+
+
+def test_teacher_forced_scores_sum_to_the_sequence_logprob(local_policy):
+    """Checked against transformers' own causal-LM loss with the prompt masked (an independent path)."""
+    tok, model = local_policy.tokenizer, local_policy.model
+    for chat, completion in [
+        (CHAT, "12 + 7 = 19, so <answer>19</answer>"),
+        (solver_messages("Name a colour."), "Blue is a colour that many people like."),
+    ]:
+        ids = tok(completion, add_special_tokens=False)["input_ids"]
+        scores = local_policy.token_logprobs(chat, ids)
+        assert scores.shape == (len(ids),) and scores.dtype == torch.float32
+        prompt_ids = tok(local_policy.prompt_text(chat), add_special_tokens=False)["input_ids"]
+        input_ids = torch.tensor([prompt_ids + ids])
+        labels = input_ids.clone()
+        labels[0, : len(prompt_ids)] = -100
+        with torch.no_grad():
+            mean_nll = model(input_ids=input_ids, labels=labels).loss.item()
+        assert abs(float(scores.sum()) - (-mean_nll * len(ids))) < 1e-4
+    assert local_policy.logprobs(CHAT, "19") == pytest.approx(
+        local_policy.token_logprobs(CHAT, tok("19", add_special_tokens=False)["input_ids"]).tolist()
+    )
 
 
 def test_count_tokens_uses_the_solver_tokenizer(local_policy):
