@@ -176,15 +176,37 @@ def _parse_value(raw: str) -> object:
     return value if math.isfinite(value) else raw
 
 
-def _coerce(raw: str, value: object, annotation: object) -> object:
-    """Respect the config field's declared type where the generic parse guessed wrong."""
+_TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
+
+
+def _coerce(key: str, raw: str, value: object, annotation: object) -> object:
+    """Check a parsed value against the config field's declared type and convert where lossless.
+
+    Raises:
+        TaskError: the value does not fit the declared type (``min_terms=true``, ``min_terms=2.5``).
+    """
     args = typing.get_args(annotation)
-    types = set(args) if args else {annotation}
-    if str in types and not isinstance(value, str) and not types & {int, float, bool}:
+    types = {t for t in (set(args) if args else {annotation}) if t is not type(None)}
+    simple = types & set(_TYPE_NAMES)
+    if not simple or types - set(_TYPE_NAMES):
+        return value  # a type we do not check (lists, nested configs): reasoning-gym's validate() decides
+    if str in types and not types & {int, float, bool}:
         return raw  # a str field given "12" keeps the string
-    if float in types and int not in types and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
+    if isinstance(value, bool):
+        if bool in types:
+            return value
+    elif isinstance(value, int):
+        if int in types:
+            return value
+        if float in types:
+            return float(value)
+    elif isinstance(value, float):
+        if float in types:
+            return value
+    elif str in types:
+        return value
+    expected = " or ".join(_TYPE_NAMES[t] for t in (int, float, bool, str) if t in types)
+    raise TaskError(f"option {key!r} expects {expected}, got {raw!r}")
 
 
 def parse_family_spec(spec: str) -> FamilySpec:
@@ -226,7 +248,7 @@ def parse_family_spec(spec: str) -> FamilySpec:
             raw_values[key] = raw
     _config_cls(FamilySpec(name=name, overrides=dict.fromkeys(raw_values)))  # family, option names
     hints = _field_types(name)
-    overrides = {k: _coerce(raw, _parse_value(raw), hints.get(k, object)) for k, raw in raw_values.items()}
+    overrides = {k: _coerce(k, raw, _parse_value(raw), hints.get(k, object)) for k, raw in raw_values.items()}
     result = FamilySpec(name=name, overrides=overrides)
     _build_config(result, seed=0, size=1)  # reasoning-gym's own validate()
     return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,9 @@ def test_load_tasks_file_family_clashing_with_reasoning_gym(tmp_path):
     path = write_jsonl(tmp_path / "t.jsonl", [{"question": f"q{i}", "answer": "1", "family": "chain_sum"} for i in range(3)])
     with pytest.raises(TaskError, match="rename the \"family\""):
         load_tasks(["chain_sum"], path, 1, 1, seed=0)
+
+
+@pytest.mark.parametrize("raw", ["true", "2.5", "abc"])
+def test_override_value_of_the_wrong_type_names_the_option(raw):
+    with pytest.raises(TaskError, match=rf"option 'min_terms' expects an integer, got '{re.escape(raw)}'"):
+        parse_family_spec(f"chain_sum:min_terms={raw}")
