@@ -180,6 +180,11 @@ class LocalPolicy:
         return self._model
 
     @property
+    def context_window(self) -> int:
+        """Maximum sequence length (prompt + completion tokens) the model supports."""
+        return int(getattr(self.model.config, "max_position_embeddings", 2048))
+
+    @property
     def eos_token_id(self) -> int:
         return self.tokenizer.convert_tokens_to_ids(EOS_TOKEN)
 

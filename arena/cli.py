@@ -131,9 +131,10 @@ def run(
             name = cfg.session or store.new_session_name()
             if store.get_session(name) is not None:
                 raise StoreError(f"session {name!r} already exists; use --resume {name} or pick another --session")
-        from arena.runner import make_roles, run_session
+        from arena.runner import check_prompt_lengths, make_roles, run_session
 
         roles = make_roles(cfg)
+        check_prompt_lengths(roles.solver, [*splits.train, *splits.heldout], cfg)
         summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console)
     except ValidationError as e:
         raise fail(_config_error(e)) from None

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agents.policy import Policy, sample_many
 from agents.solver import solver_messages
-from arena.config import SessionConfig
+from arena.config import ConfigError, SessionConfig
 from arena.extract import extract_answer
 from arena.graph import EpisodeSettings, Roles, build_episode_graph, retrieve_for_task
 from arena.stats import mean_pass_at_k, wilson_interval
@@ -58,6 +58,30 @@ def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
         teacher=policy(cfg.teacher),
         critic=None if cfg.critic == "verifier" else policy(cfg.critic),
     )
+
+
+def check_prompt_lengths(solver: Policy, tasks: Sequence[Task], cfg: SessionConfig) -> None:
+    """Fail before any work when a task cannot fit the solver's context window.
+
+    A prompt needs room for the solver's instructions, the lessons budget, the question and
+    ``max_tokens`` of completion (guided re-attempts add a hint on top, cut by the model if
+    needed). Backends without a known window (remote models) are not checked.
+
+    Raises:
+        ConfigError: naming the first task that does not fit and how to fix it.
+    """
+    window = getattr(solver, "context_window", None)
+    if not window:
+        return
+    overhead = solver.count_tokens(solver_messages("")[0]["content"]) + 16  # chat-template tokens
+    for t in tasks:
+        need = overhead + cfg.lesson_tokens + solver.count_tokens(t.question) + cfg.max_tokens
+        if need > window:
+            raise ConfigError(
+                f"task {t.task_key} is too long for the solver: {need} tokens with --lesson-tokens "
+                f"{cfg.lesson_tokens} and --max-tokens {cfg.max_tokens} exceed its context of {window}; "
+                "shorten the question or lower those budgets"
+            )
 
 
 def checkpoint_path(store: LessonStore) -> Path:

@@ -173,3 +173,15 @@ def test_graph_state_is_checkpointed_after_every_node(setup):
                          {"configurable": {"thread_id": "t2"}})
     assert again["episode_id"] is None
     assert store.session_stats(sid)["episodes"] == 1
+
+
+def test_a_task_too_long_for_the_solver_context_is_refused_before_any_work(setup):
+    from arena.config import ConfigError
+    from arena.runner import check_prompt_lengths
+
+    store, splits, cfg = setup
+    solver = FakePolicy(solver_responder)
+    solver.context_window = 60
+    check_prompt_lengths(solver, splits.train, cfg.model_copy(update={"lesson_tokens": 0, "max_tokens": 10}))
+    with pytest.raises(ConfigError, match=r"task adding/.* is too long for the solver: \d+ tokens .* context of 60"):
+        check_prompt_lengths(solver, splits.train, cfg.model_copy(update={"lesson_tokens": 40, "max_tokens": 10}))
