@@ -7,9 +7,11 @@ code 2, never a traceback, and are detected before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -98,14 +100,16 @@ def run(
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
     _quiet_libraries()
     from agents.policy import PolicyError
-    from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig
+    from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig, check_db
     from arena.tasks import TaskError, load_tasks
     from lessons.store import LessonStore, StoreError
 
     console = Console(stderr=True)
     store = None
     name = resume or session or "NAME"
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill`/`timeout`: stop like Ctrl-C, session marked interrupted
     try:
+        check_db(db)
         if resume:
             store = LessonStore(db)
             info = store.get_session(resume)
@@ -124,24 +128,28 @@ def run(
                 success_threshold=success_threshold,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
-        # Validate tasks before touching the database, so bad input writes nothing.
-        splits = load_tasks(cfg.families, cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
+        # Validate tasks, endpoints and prompt sizes before touching the database, so bad input writes nothing.
+        with contextlib.redirect_stdout(sys.stderr):  # some task generators print; stdout is for --json
+            splits = load_tasks(cfg.families, cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
+        from arena.runner import check_prompt_lengths, make_roles, run_session
+
+        roles = make_roles(cfg)
+        check_prompt_lengths(roles.solver, [*splits.train, *splits.heldout], cfg)
         if store is None:
             store = LessonStore(db)
             name = cfg.session or store.new_session_name()
             if store.get_session(name) is not None:
                 raise StoreError(f"session {name!r} already exists; use --resume {name} or pick another --session")
-        from arena.runner import check_prompt_lengths, make_roles, run_session
-
-        roles = make_roles(cfg)
-        check_prompt_lengths(roles.solver, [*splits.train, *splits.heldout], cfg)
-        summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console)
+        with contextlib.redirect_stdout(sys.stderr):
+            summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console)
     except ValidationError as e:
         raise fail(_config_error(e)) from None
-    except (ConfigError, TaskError, StoreError, PolicyError) as e:
+    except (ConfigError, TaskError, StoreError, PolicyError, ValueError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
-        raise fail(f"interrupted; continue with: arena run --db {db} --resume {name}", EXIT_INTERRUPTED) from None
+        if store is not None and store.get_session(name) is not None:
+            raise fail(f"interrupted; continue with: arena run --db {db} --resume {name}", EXIT_INTERRUPTED) from None
+        raise fail("interrupted before the session started; nothing was stored", EXIT_INTERRUPTED) from None
     finally:
         if store is not None:
             store.close()
@@ -149,6 +157,10 @@ def run(
         print(json.dumps(summary))
     else:
         print_summary(summary, Console())
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _fmt_eval(e: dict | None) -> str:
@@ -223,8 +235,20 @@ def lessons_leaks(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: usage errors are one line on stderr too (exit 2)."""
+    try:
+        rc = app(standalone_mode=False)  # returns the exit code of typer.Exit instead of exiting
+        sys.exit(rc if isinstance(rc, int) else 0)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(EXIT_INTERRUPTED)
+    except typer.TyperException as e:  # usage errors: bad or missing option values, unknown options
+        text = e.format_message() if hasattr(e, "format_message") else str(e)
+        cmd = f" (see `arena {' '.join(sys.argv[1:2])} --help`)" if len(sys.argv) > 1 else ""
+        if text.strip():  # no_args_is_help has printed the help already
+            print(f"arena: error: {' '.join(text.split())}{cmd}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,13 @@ class ConfigError(ValueError):
     """An invalid combination of settings; the message says how to fix it (one line)."""
 
 
+def check_db(db: str) -> str:
+    """Refuse an in-memory database, which would silently lose the session; return ``db`` otherwise."""
+    if db.strip() in {"", ":memory:", "sqlite://", "sqlite:///:memory:"}:
+        raise ValueError("an in-memory database would lose the session; give a file path or a server URL")
+    return db
+
+
 class SessionConfig(BaseModel):
     """Settings of one self-play session (stored with the session, so a resume reuses them)."""
 
@@ -41,6 +48,16 @@ class SessionConfig(BaseModel):
     solver: str = "local"  # "local" or "openai:MODEL"
     critic: str = "verifier"  # "verifier" (no model), "local" or "openai:MODEL"
     teacher: str = "local"  # "local" or "openai:MODEL"
+
+    @field_validator("tasks_file")
+    @classmethod
+    def _absolute(cls, v: Path | None) -> Path | None:
+        return v.expanduser().absolute() if v is not None else None  # a resume may run from another directory
+
+    @field_validator("db")
+    @classmethod
+    def _db(cls, v: str) -> str:
+        return check_db(v)
 
     @field_validator("solver", "teacher")
     @classmethod
@@ -72,10 +89,16 @@ class SessionConfig(BaseModel):
             raise ValueError(f"rounds must be >= 1; pass --rounds 1 (got {self.rounds})")
         if self.train_tasks < 1 or self.heldout_tasks < 1:
             raise ValueError("--train-tasks and --heldout-tasks must be >= 1")
-        if not 0.0 <= self.temperature <= 5.0:
-            raise ValueError(f"temperature must be in [0, 5]; rollouts need > 0 to differ (got {self.temperature})")
-        if self.max_tokens < 1 or self.teacher_max_tokens < 16:
-            raise ValueError("--max-tokens must be >= 1 and the teacher's cap >= 16")
+        if self.rollouts > 256:
+            raise ValueError(f"rollouts must be <= 256 (one batch of k completions is sampled at once), got {self.rollouts}")
+        if not 0.0 < self.temperature <= 5.0:
+            raise ValueError(f"temperature must be in (0, 5]: the k rollouts of a group must be able to differ (got {self.temperature})")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be in [0, 2^32), got {self.seed}")
+        if not 1 <= self.max_tokens <= 4096:
+            raise ValueError(f"max tokens must be in [1, 4096], got {self.max_tokens}")
+        if self.teacher_max_tokens < 16:
+            raise ValueError(f"teacher_max_tokens must be >= 16, got {self.teacher_max_tokens}")
         if not 0.0 < self.success_threshold <= 1.0:
             raise ValueError(f"success threshold must be in (0, 1] (rewards are in [0, 1]), got {self.success_threshold}")
         if self.lesson_tokens < 0:

@@ -75,6 +75,11 @@ def check_prompt_lengths(solver: Policy, tasks: Sequence[Task], cfg: SessionConf
         return
     overhead = solver.count_tokens(solver_messages("")[0]["content"]) + 16  # chat-template tokens
     for t in tasks:
+        if len(t.question) > 16 * window:  # far too long to be worth tokenising (a token is > 1 character)
+            raise ConfigError(
+                f"task {t.task_key} is too long for the solver: {len(t.question)} characters exceed its "
+                f"context of {window} tokens; shorten the question"
+            )
         need = overhead + cfg.lesson_tokens + solver.count_tokens(t.question) + cfg.max_tokens
         if need > window:
             raise ConfigError(
@@ -175,10 +180,26 @@ def run_session(
 
             raise StoreError(f"no session named {session_name!r} in {store.url}; see `arena run --help`")
         session_id = info.id
+        changed = [
+            t.task_key
+            for t in store.stored_tasks(session_name)
+            if (t.task_key, t.question) not in {(x.task_key, x.question) for x in [*splits.train, *splits.heldout]}
+        ]
+        if changed:
+            from lessons.store import StoreError
+
+            raise StoreError(
+                f"the tasks of session {session_name!r} changed since it started ({changed[0]} and "
+                f"{len(changed) - 1} more differ; was the task file edited?); restore them or start a new session"
+            )
         store.set_session_status(session_id, "running")
     else:
         session_id = store.create_session(session_name, cfg.model_dump(mode="json"), cfg.seed)
     store.upsert_tasks(session_id, [*splits.train, *splits.heldout])
+    # Checkpoint threads are bound to this session row (id and creation time), so a checkpoint
+    # file left from a deleted database or another library is never resumed by mistake.
+    created = store.get_session(session_name).created_at.isoformat()
+    thread_prefix = f"{session_name}#{session_id}@{created}"
     task_by_key = {t.task_key: t for t in [*splits.train, *splits.heldout]}
 
     own_conn = None
@@ -239,7 +260,7 @@ def run_session(
             for task in splits.train:
                 key = f"r{rnd:03d}-{task.task_key}"
                 if key not in finished:
-                    thread = {"configurable": {"thread_id": f"{session_name}/{key}"}}
+                    thread = {"configurable": {"thread_id": f"{thread_prefix}/{key}"}}
                     snapshot = graph.get_state(thread)
                     if snapshot.next:  # interrupted mid-episode: continue from the checkpoint
                         final = graph.invoke(None, thread)

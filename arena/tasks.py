@@ -600,7 +600,7 @@ def _first_error(e: ValidationError) -> str:
 def _read_lines(path: Path) -> list[tuple[int, TaskLine]]:
     """Parse and validate every non-blank line; the first bad line raises TaskError."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise TaskError(f"cannot read task file {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:

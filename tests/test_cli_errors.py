@@ -102,3 +102,23 @@ def test_not_a_database(tmp_path):
     before = f.read_bytes()
     assert_one_line_error(arena("run", "--db", str(f)))
     assert f.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--seed", str(2**63)], "seed must be in [0, 2^32)"),
+        (["--temperature", "0"], "temperature must be in (0, 5]"),
+        (["--rollouts", "100000"], "rollouts must be <= 256"),
+        (["--max-tokens", "100000"], "max tokens must be in [1, 4096]"),
+        (["--rounds", "abc"], "Invalid value for '--rounds'"),
+        (["--bogus"], "No such option"),
+    ],
+)
+def test_out_of_range_and_unparsable_flags(existing_db, args, fragment):
+    assert_one_line_error(arena("run", "--db", str(existing_db), *args), fragment)
+
+
+def test_in_memory_database_is_refused():
+    assert_one_line_error(arena("run", "--db", ""), "in-memory database")
+    assert_one_line_error(arena("run", "--db", "sqlite://"), "in-memory database")

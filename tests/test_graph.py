@@ -185,3 +185,35 @@ def test_a_task_too_long_for_the_solver_context_is_refused_before_any_work(setup
     check_prompt_lengths(solver, splits.train, cfg.model_copy(update={"lesson_tokens": 0, "max_tokens": 10}))
     with pytest.raises(ConfigError, match=r"task adding/.* is too long for the solver: \d+ tokens .* context of 60"):
         check_prompt_lengths(solver, splits.train, cfg.model_copy(update={"lesson_tokens": 40, "max_tokens": 10}))
+
+
+def test_resume_refuses_tasks_that_changed_and_ignores_stale_checkpoints(setup, tmp_path):
+    from lessons.store import StoreError
+
+    store, splits, cfg = setup
+    cfg = cfg.model_copy(update={"rounds": 1})
+    conn = sqlite3.connect(str(tmp_path / "ckpt.sqlite"), check_same_thread=False)
+    calls = {"n": 0}
+
+    def dies_once(messages, i):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise Crash()
+        return teacher_responder(messages, i)
+
+    with pytest.raises(Crash):
+        run_session(cfg, store, Roles(FakePolicy(solver_responder), FakePolicy(dies_once)), splits, "s6",
+                    checkpointer=SqliteSaver(conn))
+    edited = load_tasks([], write_tasks(tmp_path / "adding.jsonl", n=13), n_train=3, n_heldout=4, seed=1)
+    with pytest.raises(StoreError, match="tasks of session 's6' changed"):
+        run_session(cfg, store, Roles(FakePolicy(solver_responder), FakePolicy(teacher_responder)), edited, "s6",
+                    resume=True, checkpointer=SqliteSaver(conn))
+
+    # a new library with a session of the same name must not pick up the old checkpoint
+    other = LessonStore(str(tmp_path / "other.db"))
+    solver = FakePolicy(solver_responder)
+    summary = run_session(cfg, other, Roles(solver, FakePolicy(teacher_responder)), splits, "s6",
+                          checkpointer=SqliteSaver(conn))
+    assert summary["episodes"] == 3 and sum(1 for _, n in solver.calls if n == 4) == 3
+    other.close()
+    conn.close()
