@@ -77,7 +77,7 @@ def run(
         typer.Option("--family", help="reasoning-gym family with overrides, e.g. chain_sum:min_terms=2,max_terms=2 (repeatable)."),
     ] = None,
     tasks_file: Annotated[Optional[Path], typer.Option(help='JSONL tasks, one {"question", "answer"} per line.')] = None,
-    train_tasks: Annotated[int, typer.Option(help="Train tasks per family (one episode per round each).")] = 6,
+    train_tasks: Annotated[int, typer.Option(help="Train tasks per family (one episode per round each).")] = 4,
     heldout_tasks: Annotated[int, typer.Option(help="Held-out tasks per family for pass@1 before/after.")] = 32,
     rounds: Annotated[int, typer.Option(help="Passes over the train tasks.")] = 2,
     rollouts: Annotated[int, typer.Option(help="Group size k: rollouts per episode.")] = 8,

@@ -33,7 +33,7 @@ class SessionConfig(BaseModel):
     db: str = "arena.db"  # SQLAlchemy URL or SQLite file path of the lesson library
     families: list[str] = Field(default_factory=lambda: [DEFAULT_FAMILY])  # reasoning-gym specs "name:key=value,..."
     tasks_file: Path | None = None  # JSONL task file ({"question", "answer"} per line)
-    train_tasks: int = 6  # train tasks per family (one episode each per round)
+    train_tasks: int = 4  # train tasks per family (one episode each per round)
     heldout_tasks: int = 32  # held-out tasks per family (pass@1 before/after)
     rounds: int = 2  # passes over the train tasks
     rollouts: int = 8  # group size k per episode
