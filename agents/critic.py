@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agents.parsing import contains_token
+from lessons.text import contains_token
 from agents.policy import Completion, Policy
 
 # Must make the critic name the first mistake in one sentence, without giving the answer.

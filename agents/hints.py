@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from agents.parsing import contains_token
+from lessons.text import contains_token
 from agents.policy import Message, Policy
 
 HINT_MODES = ("plan", "feedback", "answer")

@@ -94,15 +94,6 @@ def parse_model(text: str, model: type[M]) -> M:
         raise ParseError(f"does not match the schema: {problems}") from None
 
 
-def contains_token(text: str, token: str) -> bool:
-    """Whether ``token`` occurs in ``text`` as a whole word or number (not inside 157 or 57.5).
-
-    Used to keep a reference answer out of lessons and critiques. A sentence-ending period
-    after the token still counts as a match.
-    """
-    return re.search(rf"(?<![\w.]){re.escape(token)}(?!\w|\.\d)", text) is not None
-
-
 @dataclass
 class ParseOutcome(Generic[M]):
     """The result of :func:`parse_with_retry`: ``value`` or ``error``, plus every raw reply."""

@@ -15,8 +15,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agents.parsing import contains_token, parse_with_retry
+from agents.parsing import parse_with_retry
 from agents.policy import Message, Policy
+from lessons.text import contains_token
 from lessons.ops import Reflection
 
 # Must make the teacher compare the group's attempts and return ONLY the JSON object below.

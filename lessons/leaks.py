@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lessons.store import LessonStore, TaskInfo
+from lessons.text import contains_token
 
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
 MIN_FINGERPRINT_CHARS = 5  # a shorter fingerprint falls back to the whole question
@@ -72,10 +73,6 @@ def distinctive(answer: str, answer_counts: Counter) -> bool:
     return not (_NUMBER.match(a) and len(a) <= 3)
 
 
-def _has_token(text: str, token: str) -> bool:
-    return re.search(rf"(?<![\w.]){re.escape(token)}(?!\w|\.\d)", text) is not None
-
-
 def find_leaks(store: LessonStore, session: str | None = None) -> list[Leak]:
     """Every lesson and hint that contains a held-out task's question or distinctive answer.
 
@@ -104,7 +101,7 @@ def find_leaks(store: LessonStore, session: str | None = None) -> list[Leak]:
         norm, squashed = _norm(text), _squash(text)
         for t in heldout:
             q_hit = _squash(fps[(t.session, t.task_key)]) in squashed
-            a_hit = _has_token(norm, _norm(t.answer))
+            a_hit = contains_token(norm, _norm(t.answer))
             if q_hit or (a_hit and distinctive(t.answer, counts)):
                 kind = "question+answer" if q_hit and a_hit else ("question" if q_hit else "answer")
                 excerpt = text if len(text) <= 120 else text[:117] + "..."

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from agents.parsing import contains_token
+from lessons.text import contains_token
 from agents.solver import SOLVER_SYSTEM
 from arena.extract import extract_answer
 from arena.tasks import load_tasks, score
