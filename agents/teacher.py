@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from agents.parsing import parse_with_retry
 from agents.policy import Message, Policy
-from lessons.text import contains_token
 from lessons.ops import Reflection
+from lessons.text import contains_token
 
 # Must make the teacher compare the group's attempts and return ONLY the JSON object below.
 TEACHER_SYSTEM = """You are a teacher. A student attempted one task several times; each attempt has a reward (1 = correct, 0 = wrong) and a critique.
