@@ -25,7 +25,7 @@ from arena.extract import extract_answer
 from arena.graph import EpisodeSettings, Roles, build_episode_graph, retrieve_for_task
 from arena.stats import mean_pass_at_k, wilson_interval
 from arena.tasks import Task, TaskSplits, score
-from lessons.store import LessonStore
+from lessons.store import LessonStore, StoreError
 
 EVAL_NAMES = ("heldout_before", "heldout_after", "heldout_after_no_lessons")
 
@@ -176,18 +176,11 @@ def run_session(
     if resume:
         info = store.get_session(session_name)
         if info is None:
-            from lessons.store import StoreError
-
             raise StoreError(f"no session named {session_name!r} in {store.url}; see `arena run --help`")
         session_id = info.id
-        changed = [
-            t.task_key
-            for t in store.stored_tasks(session_name)
-            if (t.task_key, t.question) not in {(x.task_key, x.question) for x in [*splits.train, *splits.heldout]}
-        ]
+        current = {(x.task_key, x.question) for x in [*splits.train, *splits.heldout]}
+        changed = [t.task_key for t in store.stored_tasks(session_name) if (t.task_key, t.question) not in current]
         if changed:
-            from lessons.store import StoreError
-
             raise StoreError(
                 f"the tasks of session {session_name!r} changed since it started ({changed[0]} and "
                 f"{len(changed) - 1} more differ; was the task file edited?); restore them or start a new session"
