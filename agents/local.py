@@ -13,7 +13,9 @@ distinct from EOS (SmolLM2's GGUF tokenizer sets pad = eos = ``<|im_end|>``; see
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import logging
 import os
 import shutil
@@ -51,8 +53,10 @@ def cache_root() -> Path:
 
 
 def _gguf_fingerprint(path: Path) -> str:
-    st = path.stat()
-    return hashlib.sha1(f"{path.name}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:12]
+    """Name, size and the first MiB's hash: the same file in another virtual environment shares the cache."""
+    with path.open("rb") as f:
+        head = f.read(1 << 20)
+    return hashlib.sha1(f"{path.name}:{path.stat().st_size}:".encode() + head).hexdigest()[:12]
 
 
 def converted_model_dir(gguf: Path | None = None) -> Path:
@@ -83,8 +87,10 @@ def ensure_converted(gguf: Path | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
-        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        log.info("converting the embedded model %s once (about 20 s; cached in %s)", gguf.name, target.parent)
+        with contextlib.redirect_stderr(io.StringIO()):  # transformers' per-tensor progress bars
+            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # The de-quantised model is an ordinary fp32 model; drop the GGUF quantisation marker
         # so save_pretrained writes plain safetensors.
         model.hf_quantizer = None

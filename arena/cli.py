@@ -102,7 +102,7 @@ def run(
     from agents.policy import PolicyError
     from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig, check_db
     from arena.tasks import TaskError, load_tasks
-    from lessons.store import LessonStore, StoreError
+    from lessons.store import LessonStore, StoreError, check_database
 
     console = Console(stderr=True)
     store = None
@@ -110,6 +110,7 @@ def run(
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill`/`timeout`: stop like Ctrl-C, session marked interrupted
     try:
         check_db(db)
+        check_database(db)  # a bad path fails here, before the model loads or anything is created
         if resume:
             store = LessonStore(db)
             info = store.get_session(resume)

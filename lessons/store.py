@@ -264,6 +264,25 @@ def _sqlite_file(url: URL) -> Path | None:
     return Path(db)
 
 
+def check_database(url: str | os.PathLike[str]) -> None:
+    """Check, without creating anything, that ``url`` can be opened as a library.
+
+    For SQLite files: the directory exists and is writable, and the file (if present) is a
+    writable regular file. Other backends are checked when :class:`LessonStore` connects.
+
+    Raises:
+        StoreError: with the reason, one line.
+    """
+    raw = os.fspath(url)
+    try:
+        parsed = make_url(raw) if "://" in raw else URL.create("sqlite", database=raw)
+    except ArgumentError as e:
+        raise StoreError(f"cannot open database {raw}: {_one_line(e)}") from None
+    path = _sqlite_file(parsed)
+    if path is not None:
+        _check_sqlite_path(path)
+
+
 def _check_sqlite_path(path: Path) -> None:
     """Raise StoreError unless SQLite can create/open ``path`` read-write (WAL included)."""
 
