@@ -17,7 +17,7 @@ and the checkpointer, so tests inject :class:`agents.fake.FakePolicy` and ``InMe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypedDict
@@ -27,11 +27,12 @@ from langgraph.graph import END, START, StateGraph
 from agents.critic import grade_group
 from agents.hints import FailedAttempt, write_hint
 from agents.policy import Completion, Policy
-from agents.solver import LessonView, guided_messages, render_lessons, solver_messages
+from agents.solver import guided_messages, solver_messages
 from agents.teacher import RolloutView, reflect
 from arena.extract import extract_answer
 from arena.tasks import Task, score, verifier_feedback
 from lessons.ops import Reflection
+from lessons.retrieval import retrieve
 from lessons.store import EpisodeRecord, HintRecord, LessonStore, RolloutRecord
 
 
@@ -91,16 +92,21 @@ class EpisodeState(TypedDict, total=False):
     lessons_added: list[str]
 
 
-def retrieve_for_task(store: LessonStore, task: Task, budget_tokens: int, count_tokens: Callable[[str], int]) -> tuple[str, list[list[str]]]:
+def retrieve_for_task(
+    store: LessonStore,
+    task: Task,
+    budget_tokens: int,
+    count_tokens: Callable[[str], int],
+    exclude: Collection[str] = (),
+) -> tuple[str, list[list[str]]]:
     """The lessons section for ``task`` and the ``[id, text]`` pairs it holds.
 
-    Active lessons of the task's family and global ones, best first (helpful − harmful),
-    cut to ``budget_tokens`` of the solver's tokenizer. Shared by the graph and evaluation.
+    Live lessons of the task's family and global ones, ranked by BM25 relevance to the
+    question and by their curation prior (:mod:`lessons.retrieval`), cut to
+    ``budget_tokens`` of the solver's tokenizer; ``exclude`` leaves lesson ids out. Shared
+    by the graph, evaluation and utility A/Bs.
     """
-    views = [LessonView(les.lesson_id, les.text) for les in store.active_lessons(task.family)]
-    section, ids = render_lessons(views, budget_tokens, count_tokens)
-    by_id = {v.lesson_id: v.text for v in views}
-    return section, [[i, by_id[i]] for i in ids]
+    return retrieve(store, task.family, task.question, budget_tokens, count_tokens, exclude)
 
 
 def build_episode_graph(

@@ -51,7 +51,12 @@ SESSION_STATUSES = ("running", "finished", "failed", "interrupted")
 SPLITS = ("train", "heldout")
 TASK_SOURCES = ("reasoning_gym", "jsonl")
 LESSON_STATUSES = ("candidate", "active", "retired", "distilled")
-LESSON_OPS = ("ADD", "EDIT", "MERGE", "RETIRE", "UPVOTE", "DOWNVOTE", "TAG_NEUTRAL")
+# ADD/EDIT/MERGE/RETIRE/UPVOTE/DOWNVOTE are curation ops (ACE, ExpeL); TAG_NEUTRAL records a
+# neutral tag; PROMOTE a candidate becoming active on evidence; IMPORT a lesson read from a
+# JSONL export; DISTILL a lesson whose effect an adapter keeps.
+LESSON_OPS = ("ADD", "EDIT", "MERGE", "RETIRE", "UPVOTE", "DOWNVOTE", "TAG_NEUTRAL", "PROMOTE", "IMPORT", "DISTILL")
+# Statuses whose lessons may be retrieved into a solver prompt and count against the library budget.
+LIVE_STATUSES = ("candidate", "active")
 HINT_MODES = ("plan", "feedback", "answer")
 
 # Where the Alembic environment and revisions live (a package, shipped with the wheel).
@@ -248,7 +253,10 @@ class LessonRow(Base):
     """A short, general, reusable instruction kept in the library."""
 
     __tablename__ = "lessons"
-    __table_args__ = (Index("ix_lessons_status_scope", "status", "scope"),)
+    __table_args__ = (
+        Index("ix_lessons_status_scope", "status", "scope"),
+        Index("ix_lessons_scope_rank", "scope", "rank_score"),
+    )
 
     id: Mapped[intpk]
     lesson_id: Mapped[str] = mapped_column(String(150), unique=True)  # e.g. "chain_sum-00012"
@@ -259,12 +267,24 @@ class LessonRow(Base):
     harmful: Mapped[Counter]
     neutral: Mapped[Counter]
     times_in_context: Mapped[Counter]
+    # size of ``text`` in the solver's tokens (None until counted: rows from before 0003)
+    tokens: Mapped[int | None]
+    # latest utility A/B (lessons.utility): effect on pass@1 with vs without the lesson, its 95% CI and n
+    utility: Mapped[float | None] = mapped_column(Float)
+    utility_lo: Mapped[float | None] = mapped_column(Float)
+    utility_hi: Mapped[float | None] = mapped_column(Float)
+    utility_n: Mapped[Counter]
+    # retrieval prior, kept by lessons.curation: helpful - harmful + UTILITY_WEIGHT * utility
+    rank_score: Mapped[float] = mapped_column(Float, server_default="0")
     source_episode_id: Mapped[int | None] = _fk("episodes.id", nullable=True, ondelete="SET NULL")
     created_at: Mapped[created_ts]
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
     events: Mapped[list[LessonEventRow]] = relationship(
-        back_populates="lesson", order_by="LessonEventRow.id", passive_deletes=True
+        back_populates="lesson",
+        order_by="LessonEventRow.id",
+        passive_deletes=True,
+        foreign_keys="LessonEventRow.lesson_id",
     )
 
 
@@ -283,9 +303,34 @@ class LessonEventRow(Base):
         ForeignKey("episodes.id", ondelete="SET NULL"), index=True, nullable=True
     )
     rollout_ids: Mapped[JSONList]  # the rollouts (rollouts.id) that support the op
+    # MERGE on a source lesson: the lesson it was merged into; on the merged lesson: None
+    target_lesson_id: Mapped[int | None] = mapped_column(
+        ForeignKey("lessons.id", ondelete="SET NULL"), index=True, nullable=True
+    )
+    # where the op came from when it is not an episode: {"by": "cli"} or an import's source fields
+    origin: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[created_ts]
 
-    lesson: Mapped[LessonRow] = relationship(back_populates="events")
+    lesson: Mapped[LessonRow] = relationship(back_populates="events", foreign_keys=[lesson_id])
+
+
+class LessonUtilityRow(Base):
+    """One utility A/B of one lesson: pass@1 on sampled train tasks with vs without it in context."""
+
+    __tablename__ = "lesson_utility"
+
+    id: Mapped[intpk]
+    lesson_id: Mapped[int] = _fk("lessons.id")
+    session_id: Mapped[int | None] = _fk("sessions.id", nullable=True, ondelete="SET NULL")
+    after_episodes: Mapped[int]  # the session's episode count when the A/B ran
+    n: Mapped[int]  # paired samples (tasks x samples per task)
+    pass_with: Mapped[float] = mapped_column(Float)  # pass@1 with the lesson in context
+    pass_without: Mapped[float] = mapped_column(Float)
+    effect: Mapped[float] = mapped_column(Float)  # pass_with - pass_without
+    ci_lo: Mapped[float] = mapped_column(Float)  # 95% CI of the effect (paired)
+    ci_hi: Mapped[float] = mapped_column(Float)
+    task_keys: Mapped[JSONList]
+    created_at: Mapped[created_ts]
 
 
 class EvaluationRow(Base):
@@ -311,6 +356,12 @@ class EvaluationRow(Base):
 
 
 # --------------------------------------------------------------------------- migrations
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Alembic autogenerate filter: the FTS5 index ``lessons_fts`` and its shadow tables
+    (created by revision 0003 in raw SQL) are not models."""
+    return not (type_ == "table" and name is not None and name.startswith("lessons_fts"))
 
 
 def alembic_config(url: str, **attributes: Any) -> Any:

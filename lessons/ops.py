@@ -1,10 +1,11 @@
 """Curation ops: the structured output of the teacher's ``reflect`` step.
 
 The teacher proposes ops as JSON; these pydantic models are the contract its (untrusted)
-output is validated against, and what :meth:`lessons.store.LessonStore.record_episode`
-applies. The op set follows ACE's incremental delta updates and ExpeL's insight
-operations (ADD / EDIT / UPVOTE / DOWNVOTE); MERGE and RETIRE complete it in the
-lesson-library work.
+output is validated against, and what :mod:`lessons.curation` applies (through
+:meth:`lessons.store.LessonStore.record_episode`). The op set follows ACE's incremental
+delta updates and ExpeL's insight operations (ADD / EDIT / UPVOTE / DOWNVOTE), with MERGE
+(n lessons into one) and RETIRE to keep the library bounded; UPVOTE / DOWNVOTE are the
+``helpful`` / ``harmful`` tags on lessons that were in context.
 """
 
 from __future__ import annotations
@@ -18,6 +19,20 @@ LESSON_MAX_CHARS = 400  # a lesson is one or two sentences; longer text is rejec
 GLOBAL_SCOPE = "global"
 
 Tag = Literal["helpful", "harmful", "neutral"]
+
+
+def clean_lesson_text(v: str) -> str:
+    """One line, single spaces; 8 to :data:`LESSON_MAX_CHARS` characters.
+
+    Raises:
+        ValueError: too short or too long (longer text is rejected, not truncated).
+    """
+    v = re.sub(r"\s+", " ", v or "").strip()
+    if len(v) < 8:
+        raise ValueError("lesson text must be at least 8 characters")
+    if len(v) > LESSON_MAX_CHARS:
+        raise ValueError(f"lesson text must be at most {LESSON_MAX_CHARS} characters")
+    return v
 
 
 def normalise_scope(scope: str) -> str:
@@ -38,17 +53,59 @@ class AddOp(BaseModel):
     @field_validator("text")
     @classmethod
     def _text_ok(cls, v: str) -> str:
-        v = re.sub(r"\s+", " ", v or "").strip()
-        if len(v) < 8:
-            raise ValueError("lesson text must be at least 8 characters")
-        if len(v) > LESSON_MAX_CHARS:
-            raise ValueError(f"lesson text must be at most {LESSON_MAX_CHARS} characters")
-        return v
+        return clean_lesson_text(v)
 
     @field_validator("scope")
     @classmethod
     def _scope_ok(cls, v: str) -> str:
         return normalise_scope(v)
+
+
+class EditOp(BaseModel):
+    """Rewrite one lesson that was in context (its id stays; the old text stays in the history)."""
+
+    model_config = ConfigDict(extra="ignore")
+    op: Literal["EDIT"] = "EDIT"
+    lesson_id: str = Field(description="id of a lesson shown in context")
+    text: str = Field(description="the improved lesson text")
+    rationale: str = Field(default="", description="why the rollouts call for the change")
+
+    @field_validator("text")
+    @classmethod
+    def _text_ok(cls, v: str) -> str:
+        return clean_lesson_text(v)
+
+
+class MergeOp(BaseModel):
+    """Merge two or more lessons into one new lesson; the sources are retired, pointing at it."""
+
+    model_config = ConfigDict(extra="ignore")
+    op: Literal["MERGE"] = "MERGE"
+    lesson_ids: list[str] = Field(min_length=2, description="ids of the lessons to merge (at least 2)")
+    text: str = Field(description="one lesson that says what the merged lessons said")
+    rationale: str = Field(default="", description="why they are one lesson")
+
+    @field_validator("text")
+    @classmethod
+    def _text_ok(cls, v: str) -> str:
+        return clean_lesson_text(v)
+
+    @field_validator("lesson_ids")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        v = list(dict.fromkeys(x.strip() for x in v))
+        if len(v) < 2:
+            raise ValueError("a merge needs at least 2 distinct lesson ids")
+        return v
+
+
+class RetireOp(BaseModel):
+    """Retire one lesson: it leaves every prompt, and stays in the database and the history."""
+
+    model_config = ConfigDict(extra="ignore")
+    op: Literal["RETIRE"] = "RETIRE"
+    lesson_id: str = Field(description="id of a lesson shown in context")
+    why: str = Field(min_length=3, description="the reason, e.g. 'misleads on negative numbers'")
 
 
 class LessonTag(BaseModel):
@@ -70,4 +127,7 @@ class Reflection(BaseModel):
     model_config = ConfigDict(extra="ignore")
     analysis: str = Field(default="", description="one or two sentences: what separated the successes from the failures")
     add: list[AddOp] = Field(default_factory=list, description="new lessons (at most 2)")
+    edit: list[EditOp] = Field(default_factory=list, description="rewrites of lessons that were in context")
+    merge: list[MergeOp] = Field(default_factory=list, description="lessons in context that say the same thing")
+    retire: list[RetireOp] = Field(default_factory=list, description="lessons in context that mislead")
     tags: list[LessonTag] = Field(default_factory=list, description="one tag per lesson that was in context")

@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -31,12 +32,14 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import URL, Engine, create_engine, event, func, select, update
+from sqlalchemy import text as sql_text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from lessons.db import (
     LESSON_STATUSES,
+    LIVE_STATUSES,
     SESSION_STATUSES,
     SPLITS,
     EpisodeRow,
@@ -44,12 +47,14 @@ from lessons.db import (
     HintRow,
     LessonEventRow,
     LessonRow,
+    LessonUtilityRow,
     RolloutRow,
     SessionRow,
     TaskRow,
     alembic_config,
     utcnow,
 )
+from lessons.curation import CurationPolicy, Curator, Provenance, TokenCounter, apply_reflection
 from lessons.ops import GLOBAL_SCOPE, Reflection
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another's lock before failing
@@ -156,7 +161,7 @@ class SessionInfo:
 
 @dataclass(frozen=True)
 class LessonInfo:
-    """A lesson of the library, with its counters."""
+    """A lesson of the library, with its counters and measured utility."""
 
     lesson_id: str  # readable and stable, e.g. "chain_sum-00012"
     text: str
@@ -167,6 +172,36 @@ class LessonInfo:
     neutral: int
     times_in_context: int  # episodes whose solver prompt contained it
     created_at: datetime  # UTC
+    tokens: int | None = None  # size in the solver's tokens (None: not counted yet)
+    utility: float | None = None  # latest A/B effect on pass@1 (with − without), None if never measured
+    utility_ci: tuple[float, float] | None = None  # its 95% CI
+    utility_n: int = 0  # paired samples behind it
+    rank_score: float = 0.0  # retrieval prior: helpful − harmful + weight · utility
+    updated_at: datetime | None = None  # UTC
+
+    @property
+    def family(self) -> str:
+        """The scope under its CLI name: a task family or ``"global"``."""
+        return self.scope
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly fields (``arena lessons list/show --json``)."""
+        return {
+            "id": self.lesson_id,
+            "text": self.text,
+            "status": self.status,
+            "family": self.scope,
+            "helpful": self.helpful,
+            "harmful": self.harmful,
+            "neutral": self.neutral,
+            "times_in_context": self.times_in_context,
+            "tokens": self.tokens,
+            "utility": self.utility,
+            "utility_ci95": list(self.utility_ci) if self.utility_ci else None,
+            "utility_n": self.utility_n,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -175,13 +210,29 @@ class EventInfo:
 
     id: int
     lesson_id: str  # readable lesson id
-    op: str  # "ADD" | "EDIT" | "MERGE" | "RETIRE" | "UPVOTE" | "DOWNVOTE" | "TAG_NEUTRAL"
+    op: str  # one of lessons.db.LESSON_OPS
     before: str | None
     after: str | None
     rationale: str
     episode_id: int | None
     rollout_ids: list[int]
     created_at: datetime  # UTC
+    target: str | None = None  # MERGE on a source: the readable id of the lesson it went into
+    origin: dict[str, Any] | None = None  # {"by": "cli"}, or where an imported event came from
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly fields (``arena lessons show --json``'s ``history``)."""
+        return {
+            "op": self.op,
+            "before": self.before,
+            "after": self.after,
+            "at": self.created_at.isoformat(),
+            "rationale": self.rationale,
+            "episode_id": self.episode_id,
+            "rollout_ids": list(self.rollout_ids),
+            "target": self.target,
+            "origin": self.origin,
+        }
 
 
 @dataclass(frozen=True)
@@ -209,6 +260,10 @@ class EpisodeResult:
     upvoted: list[str] = field(default_factory=list)  # helpful tags and duplicate ADDs
     downvoted: list[str] = field(default_factory=list)  # harmful tags
     neutral: list[str] = field(default_factory=list)  # neutral tags
+    edited: list[str] = field(default_factory=list)
+    merged: list[str] = field(default_factory=list)  # lessons made by MERGE
+    retired: list[str] = field(default_factory=list)  # by RETIRE, votes, eviction or MERGE
+    promoted: list[str] = field(default_factory=list)  # candidate → active
     rejected_ops: list[str] = field(default_factory=list)  # one line per op not applied, with why
     hint_id: int | None = None  # the hint the guided rollouts used (new or reused)
 
@@ -344,6 +399,7 @@ def _session_info(row: SessionRow) -> SessionInfo:
 
 
 def _lesson_info(row: LessonRow) -> LessonInfo:
+    ci = (row.utility_lo, row.utility_hi) if row.utility_lo is not None and row.utility_hi is not None else None
     return LessonInfo(
         lesson_id=row.lesson_id,
         text=row.text,
@@ -354,6 +410,12 @@ def _lesson_info(row: LessonRow) -> LessonInfo:
         neutral=row.neutral,
         times_in_context=row.times_in_context,
         created_at=row.created_at,
+        tokens=row.tokens,
+        utility=row.utility,
+        utility_ci=ci,
+        utility_n=row.utility_n or 0,
+        rank_score=row.rank_score or 0.0,
+        updated_at=row.updated_at,
     )
 
 
@@ -385,14 +447,6 @@ def _evaluation_info(row: EvaluationRow) -> EvaluationInfo:
     )
 
 
-# counter column and event op of each teacher tag
-_TAG_EFFECT = {
-    "helpful": ("helpful", "UPVOTE"),
-    "harmful": ("harmful", "DOWNVOTE"),
-    "neutral": ("neutral", "TAG_NEUTRAL"),
-}
-
-
 # --------------------------------------------------------------------------- the store
 
 
@@ -414,6 +468,10 @@ class LessonStore:
 
     def __init__(self, url: str | os.PathLike[str]) -> None:
         raw = os.fspath(url)
+        # curation settings for every op applied through this store (record_episode, curate)
+        self.curation_policy: CurationPolicy = CurationPolicy()
+        self.count_tokens: TokenCounter | None = None  # the solver's tokenizer count; None: ~4 chars/token
+        self._fts: bool | None = None  # whether lessons_fts exists (looked up once)
         try:
             self._url = make_url(raw) if "://" in raw else URL.create("sqlite", database=raw)
         except ArgumentError as e:
@@ -669,18 +727,16 @@ class LessonStore:
         Writes the episode and its rollouts, adds 1 to ``times_in_context`` of each lesson
         in ``rec.lessons_in_context``, then applies ``rec.reflection``:
 
-        - each ``AddOp`` creates an active lesson ``f"{scope}-{n:05d}"`` with an ADD event
-          (provenance: this episode and its rollouts), unless its normalised text
-          (:func:`normalise_lesson_text`) equals a non-retired lesson of the same scope;
-          then that lesson is upvoted instead (helpful += 1, UPVOTE event);
-        - each ``LessonTag`` on a lesson that was in context adds 1 to its helpful /
-          harmful / neutral counter with an UPVOTE / DOWNVOTE / TAG_NEUTRAL event (its
-          rationale is the reflection's ``analysis``). Tags on lessons not in context,
-          unknown lessons, and second tags of one lesson are rejected.
+        tags, RETIRE, MERGE, EDIT and ADD ops, each through :class:`lessons.curation.Curator`
+        with this episode and its rollouts as provenance (see
+        :func:`lessons.curation.apply_reflection`): a new lesson starts as a ``candidate``
+        ``f"{scope}-{n:05d}"``, a near-duplicate ADD upvotes the existing lesson, ops on
+        lessons not in context and ops over the library budget are rejected (listed in
+        ``rejected_ops``), and votes move lessons along the life cycle.
 
         Lesson ids in context that are not in the library are skipped. ``mean_reward`` is
         the mean reward of the unguided rollouts (of all rollouts if every one is guided;
-        0.0 without rollouts). The ADD op set follows ACE / ExpeL's insight operations.
+        0.0 without rollouts).
 
         Args:
             rec: the episode.
@@ -777,8 +833,13 @@ class LessonStore:
 
             refl = rec.reflection
             if refl is not None:
-                self._apply_tags(s, refl, context_ids, in_context, episode.id, rollout_ids, now, result)
-                self._apply_adds(s, refl, episode.id, rollout_ids, now, result)
+                curator = Curator(s, self.curation_policy, self.count_tokens, now)
+                apply_reflection(curator, refl, context_ids, Provenance(episode.id, rollout_ids))
+                c = curator.result
+                result.lessons_added = c.added
+                result.upvoted, result.downvoted, result.neutral = c.upvoted, c.downvoted, c.neutral
+                result.edited, result.merged, result.retired, result.promoted = c.edited, c.merged, c.retired, c.promoted
+                result.rejected_ops = c.rejected
             return result
 
     def _record_hint(
@@ -856,154 +917,37 @@ class LessonStore:
             (g.guided if guided else g.unguided).append(float(reward))
         return list(groups.values())
 
-    def _bump(self, s: Session, lesson: LessonRow, counter: str, now: datetime) -> None:
-        """counter += 1 in SQL (atomic on every backend)."""
-        column = getattr(LessonRow, counter)
-        s.execute(update(LessonRow).where(LessonRow.id == lesson.id).values({counter: column + 1, "updated_at": now}))
-
-    def _apply_tags(
-        self,
-        s: Session,
-        refl: Reflection,
-        context_ids: list[str],
-        in_context: dict[str, LessonRow],
-        episode_id: int,
-        rollout_ids: list[int],
-        now: datetime,
-        result: EpisodeResult,
-    ) -> None:
-        tagged: set[str] = set()
-        for tag in refl.tags:
-            op_text = f"TAG {tag.lesson_id} {tag.tag}"
-            if tag.lesson_id not in context_ids:
-                result.rejected_ops.append(f"{op_text}: lesson was not in context")
-                continue
-            lesson = in_context.get(tag.lesson_id)
-            if lesson is None:
-                result.rejected_ops.append(f"{op_text}: no such lesson")
-                continue
-            if tag.lesson_id in tagged:
-                result.rejected_ops.append(f"{op_text}: lesson already tagged in this reflection")
-                continue
-            tagged.add(tag.lesson_id)
-            counter, op = _TAG_EFFECT[tag.tag]
-            self._bump(s, lesson, counter, now)
-            s.add(
-                LessonEventRow(
-                    lesson_id=lesson.id,
-                    op=op,
-                    rationale=refl.analysis,
-                    episode_id=episode_id,
-                    rollout_ids=list(rollout_ids),
-                    created_at=now,
-                )
-            )
-            {"helpful": result.upvoted, "harmful": result.downvoted, "neutral": result.neutral}[tag.tag].append(
-                lesson.lesson_id
-            )
-
-    def _apply_adds(
-        self,
-        s: Session,
-        refl: Reflection,
-        episode_id: int,
-        rollout_ids: list[int],
-        now: datetime,
-        result: EpisodeResult,
-    ) -> None:
-        by_text: dict[str, dict[str, LessonRow]] = {}  # scope -> normalised text -> lesson
-        next_n: dict[str, int] = {}  # scope -> next lesson number
-        for add in refl.add:
-            scope = add.scope or GLOBAL_SCOPE
-            norm = normalise_lesson_text(add.text)
-            if not norm:
-                result.rejected_ops.append(f"ADD {add.text!r}: no words in the lesson text")
-                continue
-            if scope not in by_text:
-                rows = s.scalars(select(LessonRow).where(LessonRow.scope == scope, LessonRow.status != "retired"))
-                by_text[scope] = {}
-                for row in rows:
-                    by_text[scope].setdefault(normalise_lesson_text(row.text), row)
-            same = by_text[scope].get(norm)
-            if same is not None:
-                self._bump(s, same, "helpful", now)
-                s.add(
-                    LessonEventRow(
-                        lesson_id=same.id,
-                        op="UPVOTE",
-                        rationale=_one_line(f"re-proposed by ADD {add.text!r}. {add.rationale}"),
-                        episode_id=episode_id,
-                        rollout_ids=list(rollout_ids),
-                        created_at=now,
-                    )
-                )
-                result.upvoted.append(same.lesson_id)
-                continue
-            if scope not in next_n:
-                next_n[scope] = self._next_lesson_number(s, scope)
-            lesson = LessonRow(
-                lesson_id=f"{scope}-{next_n[scope]:05d}",
-                text=add.text,
-                scope=scope,
-                status="active",
-                helpful=0,
-                harmful=0,
-                neutral=0,
-                times_in_context=0,
-                source_episode_id=episode_id,
-                created_at=now,
-                updated_at=now,
-            )
-            next_n[scope] += 1
-            s.add(lesson)
-            s.flush()
-            s.add(
-                LessonEventRow(
-                    lesson_id=lesson.id,
-                    op="ADD",
-                    before=None,
-                    after=add.text,
-                    rationale=add.rationale,
-                    episode_id=episode_id,
-                    rollout_ids=list(rollout_ids),
-                    created_at=now,
-                )
-            )
-            by_text[scope][norm] = lesson
-            result.lessons_added.append(lesson.lesson_id)
-
-    @staticmethod
-    def _next_lesson_number(s: Session, scope: str) -> int:
-        """1 + the largest n of the scope's ``f"{scope}-{n:05d}"`` ids (1 for a new scope)."""
-        prefix = f"{scope}-"
-        numbers = [
-            int(lid[len(prefix):])
-            for lid in s.scalars(select(LessonRow.lesson_id).where(LessonRow.scope == scope))
-            if lid.startswith(prefix) and lid[len(prefix):].isdigit()
-        ]
-        return max(numbers, default=0) + 1
-
     # ----------------------------------------------------------------- lessons
 
-    def active_lessons(self, family: str | None) -> list[LessonInfo]:
-        """The active lessons for a task family, best first.
+    def live_lessons(self, family: str | None) -> list[LessonInfo]:
+        """The lessons that may enter a solver prompt (candidate and active), best first.
 
         Args:
             family: a task family; its lessons and the global ones are returned. None:
-                every active lesson.
+                every live lesson.
 
         Returns:
-            Ordered by helpful - harmful (descending), then creation (oldest first).
+            Active before candidate, then by ``rank_score`` (helpful − harmful + weighted
+            utility, descending), then creation (oldest first).
         """
-        q = select(LessonRow).where(LessonRow.status == "active")
+        q = select(LessonRow).where(LessonRow.status.in_(LIVE_STATUSES))
         if family is not None:
             q = q.where(LessonRow.scope.in_([family, GLOBAL_SCOPE]))
-        q = q.order_by((LessonRow.helpful - LessonRow.harmful).desc(), LessonRow.created_at, LessonRow.id)
+        q = q.order_by((LessonRow.status == "active").desc(), LessonRow.rank_score.desc(), LessonRow.created_at, LessonRow.id)
         with self._read() as s:
             return [_lesson_info(row) for row in s.scalars(q)]
 
-    def list_lessons(self, status: str | None = None, scope: str | None = None) -> list[LessonInfo]:
+    def active_lessons(self, family: str | None) -> list[LessonInfo]:
+        """Only the ``active`` lessons of :meth:`live_lessons`, same order."""
+        return [les for les in self.live_lessons(family) if les.status == "active"]
+
+    def list_lessons(
+        self, status: str | None = None, scope: str | None = None, limit: int | None = None, offset: int = 0
+    ) -> list[LessonInfo]:
         """Every lesson, oldest first, optionally only those with ``status`` / ``scope``.
+
+        Args:
+            limit, offset: a page of the result (``limit`` None: all).
 
         Raises:
             ValueError: unknown status.
@@ -1011,12 +955,97 @@ class LessonStore:
         q = select(LessonRow)
         if status is not None:
             if status not in LESSON_STATUSES:
-                raise ValueError(f"lesson status must be one of {LESSON_STATUSES}, not {status!r}")
+                raise ValueError(f"lesson status must be one of {', '.join(LESSON_STATUSES)}, not {status!r}")
             q = q.where(LessonRow.status == status)
         if scope is not None:
             q = q.where(LessonRow.scope == scope)
+        q = q.order_by(LessonRow.id).offset(offset)
+        if limit is not None:
+            q = q.limit(limit)
         with self._read() as s:
-            return [_lesson_info(row) for row in s.scalars(q.order_by(LessonRow.id))]
+            return [_lesson_info(row) for row in s.scalars(q)]
+
+    def has_fts(self) -> bool:
+        """Whether the FTS5 index ``lessons_fts`` exists (SQLite with revision 0003)."""
+        if self._fts is None:
+            with self._read() as s:
+                self._fts = bool(
+                    self._is_sqlite
+                    and s.execute(sql_text("SELECT 1 FROM sqlite_master WHERE type='table' AND name='lessons_fts'")).first()
+                )
+        return self._fts
+
+    def search_lessons(
+        self,
+        terms: Sequence[str],
+        family: str | None = None,
+        statuses: Sequence[str] | None = LIVE_STATUSES,
+        limit: int = 32,
+    ) -> list[tuple[LessonInfo, float]]:
+        """Full-text search: lessons matching any of ``terms``, best BM25 first (SQLite FTS5).
+
+        Args:
+            terms: query words (each is quoted, so FTS5 syntax in them is inert; the index's
+                porter stemmer applies).
+            family: only lessons of this family and global ones (None: every scope).
+            statuses: only these statuses (None: every status).
+            limit: at most this many results.
+
+        Returns:
+            ``(lesson, relevance)`` pairs, relevance = −bm25 > 0, larger is better. Empty
+            when no term is given or the database has no FTS index (see :meth:`has_fts`).
+        """
+        terms = [t for t in dict.fromkeys(terms) if t]
+        if not terms or not self.has_fts():
+            return []
+        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        sql = (
+            "SELECT l.id AS id, -bm25(lessons_fts) AS relevance FROM lessons_fts "
+            "JOIN lessons AS l ON l.id = lessons_fts.rowid WHERE lessons_fts MATCH :match"
+        )
+        params: dict[str, Any] = {"match": match, "limit": int(limit)}
+        if family is not None:
+            sql += " AND l.scope IN (:family, :global_scope)"
+            params.update(family=family, global_scope=GLOBAL_SCOPE)
+        if statuses is not None:
+            names = [f":st{i}" for i in range(len(statuses))]
+            sql += f" AND l.status IN ({', '.join(names)})"
+            params.update({f"st{i}": st for i, st in enumerate(statuses)})
+        sql += " ORDER BY bm25(lessons_fts) LIMIT :limit"
+        with self._read() as s:
+            hits = s.execute(sql_text(sql), params).all()
+            if not hits:
+                return []
+            rows = {r.id: r for r in s.scalars(select(LessonRow).where(LessonRow.id.in_([h.id for h in hits])))}
+            return [(_lesson_info(rows[h.id]), float(h.relevance)) for h in hits]
+
+    def top_lessons(self, family: str | None, limit: int, statuses: Sequence[str] = LIVE_STATUSES) -> list[LessonInfo]:
+        """The ``limit`` lessons of a family (and global) with the highest ``rank_score``.
+
+        One indexed query per scope (index ``ix_lessons_scope_rank``), merged; None: every
+        scope in one query.
+        """
+        with self._read() as s:
+            if family is None:
+                q = select(LessonRow).where(LessonRow.status.in_(statuses)).order_by(LessonRow.rank_score.desc(), LessonRow.id).limit(limit)
+                return [_lesson_info(r) for r in s.scalars(q)]
+            rows: list[LessonRow] = []
+            for scope in dict.fromkeys([family, GLOBAL_SCOPE]):
+                q = (
+                    select(LessonRow)
+                    .where(LessonRow.scope == scope, LessonRow.status.in_(statuses))
+                    .order_by(LessonRow.rank_score.desc(), LessonRow.id)
+                    .limit(limit)
+                )
+                rows += s.scalars(q)
+            rows.sort(key=lambda r: (-r.rank_score, r.id))
+            return [_lesson_info(r) for r in rows[:limit]]
+
+    def count_lessons(self) -> dict[str, int]:
+        """Number of lessons per status (every status present, 0 when none)."""
+        with self._read() as s:
+            counts = dict(s.execute(select(LessonRow.status, func.count()).group_by(LessonRow.status)).all())
+        return {st: int(counts.get(st, 0)) for st in LESSON_STATUSES}
 
     def get_lesson(self, lesson_id: str) -> LessonInfo | None:
         """The lesson with this readable id (e.g. ``"chain_sum-00012"``), or None."""
@@ -1024,14 +1053,17 @@ class LessonStore:
             row = s.scalar(select(LessonRow).where(LessonRow.lesson_id == lesson_id))
             return _lesson_info(row) if row is not None else None
 
-    def lesson_events(self, lesson_id: str) -> list[EventInfo]:
-        """A lesson's audit log, oldest first (empty for an unknown id)."""
+    def lesson_events(self, lesson_id: str | None = None) -> list[EventInfo]:
+        """A lesson's audit log, oldest first (empty for an unknown id); None: every event."""
+        target = aliased(LessonRow)
         q = (
-            select(LessonEventRow, LessonRow.lesson_id)
+            select(LessonEventRow, LessonRow.lesson_id, target.lesson_id)
             .join(LessonRow, LessonEventRow.lesson_id == LessonRow.id)
-            .where(LessonRow.lesson_id == lesson_id)
+            .outerjoin(target, LessonEventRow.target_lesson_id == target.id)
             .order_by(LessonEventRow.id)
         )
+        if lesson_id is not None:
+            q = q.where(LessonRow.lesson_id == lesson_id)
         with self._read() as s:
             return [
                 EventInfo(
@@ -1044,9 +1076,49 @@ class LessonStore:
                     episode_id=ev.episode_id,
                     rollout_ids=list(ev.rollout_ids or []),
                     created_at=ev.created_at,
+                    target=tid,
+                    origin=dict(ev.origin) if ev.origin else None,
                 )
-                for ev, lid in s.execute(q)
+                for ev, lid, tid in s.execute(q)
             ]
+
+    def utility_history(self, lesson_id: str) -> list[dict[str, Any]]:
+        """Every utility A/B of a lesson, oldest first: n, pass_with, pass_without, effect, ci95, at."""
+        q = (
+            select(LessonUtilityRow)
+            .join(LessonRow, LessonUtilityRow.lesson_id == LessonRow.id)
+            .where(LessonRow.lesson_id == lesson_id)
+            .order_by(LessonUtilityRow.id)
+        )
+        with self._read() as s:
+            return [
+                {
+                    "n": u.n,
+                    "pass_with": u.pass_with,
+                    "pass_without": u.pass_without,
+                    "effect": u.effect,
+                    "ci95": [u.ci_lo, u.ci_hi],
+                    "after_episodes": u.after_episodes,
+                    "at": u.created_at.isoformat(),
+                }
+                for u in s.scalars(q)
+            ]
+
+    @contextmanager
+    def curate(self, now: datetime | None = None) -> Iterator[Curator]:
+        """A :class:`lessons.curation.Curator` in one write transaction (committed on exit).
+
+        Uses the store's :attr:`curation_policy` and :attr:`count_tokens`. An exception
+        inside the block rolls every op of the block back.
+
+        Example::
+
+            with store.curate() as c:
+                new_id = c.add("Check the sign of each term.", "chain_sum", status="active",
+                               prov=Provenance(origin={"by": "cli"}))
+        """
+        with self._write() as s, s.begin():
+            yield Curator(s, self.curation_policy, self.count_tokens, now)
 
     # ----------------------------------------------------------------- evaluations
 
@@ -1117,8 +1189,9 @@ class LessonStore:
         Returns:
             ``episodes``; ``rollouts`` (all, guided included); ``guided_rollouts``;
             ``mean_reward`` (mean over unguided rollouts, 0.0 if none); ``lessons_added``
-            (ADD events from this session's episodes); ``lessons_active`` (active lessons
-            in the whole library, all sessions); ``reflections_failed`` (episodes stored
+            (ADD events from this session's episodes); ``lessons_active`` and
+            ``lessons_candidate`` (lessons with that status in the whole library, all
+            sessions); ``lessons_retired`` (likewise); ``reflections_failed`` (episodes stored
             with a ``reflection_error``).
         """
         in_session = EpisodeRow.session_id == session_id
@@ -1137,7 +1210,7 @@ class LessonStore:
                 )
                 or 0
             )
-            active = s.scalar(select(func.count(LessonRow.id)).where(LessonRow.status == "active")) or 0
+            by_status = dict(s.execute(select(LessonRow.status, func.count()).group_by(LessonRow.status)).all())
             failed = (
                 s.scalar(select(func.count(EpisodeRow.id)).where(in_session, EpisodeRow.reflection_error.is_not(None)))
                 or 0
@@ -1148,7 +1221,9 @@ class LessonStore:
             "guided_rollouts": guided,
             "mean_reward": float(mean) if mean is not None else 0.0,
             "lessons_added": added,
-            "lessons_active": active,
+            "lessons_active": int(by_status.get("active", 0)),
+            "lessons_candidate": int(by_status.get("candidate", 0)),
+            "lessons_retired": int(by_status.get("retired", 0)),
             "reflections_failed": failed,
         }
 

@@ -10,7 +10,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect
 
-from lessons.db import Base, alembic_config
+from lessons.db import Base, alembic_config, include_name
 from lessons.store import LessonStore
 
 
@@ -40,7 +40,12 @@ def test_head_schema_has_no_drift(tmp_path: Path) -> None:
     try:
         with engine.connect() as conn:
             ctx = MigrationContext.configure(
-                conn, opts={"compare_type": True, "compare_server_default": True, "render_as_batch": True}
+                conn, opts={
+                    "compare_type": True,
+                    "compare_server_default": True,
+                    "render_as_batch": True,
+                    "include_name": include_name,
+                }
             )
             assert compare_metadata(ctx, Base.metadata) == []
     finally:

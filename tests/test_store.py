@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from lesson_texts import DISTINCT_LESSONS
 from lessons.ops import AddOp, LessonTag, Reflection
 from lessons.store import (
     EpisodeRecord,
@@ -287,7 +288,7 @@ def test_record_episode_writes_rollouts_lessons_and_events(store: LessonStore, s
 
     lesson = store.get_lesson("chain_sum-00001")
     assert lesson is not None
-    assert (lesson.text, lesson.scope, lesson.status) == ("Add the numbers left to right.", "chain_sum", "active")
+    assert (lesson.text, lesson.scope, lesson.status) == ("Add the numbers left to right.", "chain_sum", "candidate")
     assert (lesson.helpful, lesson.harmful, lesson.neutral, lesson.times_in_context) == (0, 0, 0, 0)
     (ev,) = store.lesson_events("chain_sum-00001")
     assert (ev.op, ev.before, ev.after, ev.rationale) == ("ADD", None, "Add the numbers left to right.", "winners did")
@@ -393,14 +394,14 @@ def test_lesson_ids_increase_per_scope(store: LessonStore, sid: int) -> None:
         episode(
             sid,
             "r001-a",
-            add=[AddOp(text="First chain_sum lesson text.", scope="chain_sum"), AddOp(text="First global lesson text.")],
+            add=[AddOp(text="Carry the tens digit when a column overflows.", scope="chain_sum"), AddOp(text="Read the whole question before starting.")],
         )
     )
     res2 = store.record_episode(
         episode(
             sid,
             "r001-b",
-            add=[AddOp(text="Second chain_sum lesson text.", scope="Chain_Sum"), AddOp(text="A letter lesson text.", scope="letter_counting")],
+            add=[AddOp(text="Keep the minus sign of negative terms.", scope="Chain_Sum"), AddOp(text="Spell the word out letter by letter.", scope="letter_counting")],
         )
     )
     assert res1.lessons_added == ["chain_sum-00001", "global-00001"]
@@ -413,10 +414,10 @@ def test_active_lessons_ordering_and_filtering(store: LessonStore, sid: int, db_
             sid,
             "r001-a",
             add=[
-                AddOp(text="Chain lesson number one.", scope="chain_sum"),
-                AddOp(text="Chain lesson number two.", scope="chain_sum"),
-                AddOp(text="Global lesson number one.", scope="global"),
-                AddOp(text="Letter lesson number one.", scope="letter_counting"),
+                AddOp(text="Carry the tens digit when a column overflows.", scope="chain_sum"),
+                AddOp(text="Keep the minus sign of negative terms.", scope="chain_sum"),
+                AddOp(text="Read the whole question before starting.", scope="global"),
+                AddOp(text="Spell the word out letter by letter.", scope="letter_counting"),
             ],
         )
     )
@@ -432,18 +433,18 @@ def test_active_lessons_ordering_and_filtering(store: LessonStore, sid: int, db_
     store.record_episode(
         episode(sid, "r001-c", context=["chain_sum-00001"], tags=[LessonTag(lesson_id="chain_sum-00001", tag="harmful")])
     )
-    ids = [lesson.lesson_id for lesson in store.active_lessons("chain_sum")]
+    ids = [lesson.lesson_id for lesson in store.live_lessons("chain_sum")]
     assert ids == ["chain_sum-00002", "global-00001", "chain_sum-00001"]  # net 1 (older first), net 1, net -1
-    assert [lesson.lesson_id for lesson in store.active_lessons("letter_counting")] == [
+    assert [lesson.lesson_id for lesson in store.live_lessons("letter_counting")] == [
         "global-00001",
         "letter_counting-00001",
     ]
-    assert [lesson.lesson_id for lesson in store.active_lessons("other")] == ["global-00001"]
-    assert len(store.active_lessons(None)) == 4
+    assert [lesson.lesson_id for lesson in store.live_lessons("other")] == ["global-00001"]
+    assert len(store.live_lessons(None)) == 4
 
     with sqlite3.connect(db_path) as conn:
         conn.execute("UPDATE lessons SET status='retired' WHERE lesson_id='global-00001'")
-    assert [lesson.lesson_id for lesson in store.active_lessons("chain_sum")] == ["chain_sum-00002", "chain_sum-00001"]
+    assert [lesson.lesson_id for lesson in store.live_lessons("chain_sum")] == ["chain_sum-00002", "chain_sum-00001"]
     assert [lesson.lesson_id for lesson in store.list_lessons("retired")] == ["global-00001"]
     assert len(store.list_lessons()) == 4
     assert [lesson.lesson_id for lesson in store.list_lessons(scope="chain_sum")] == ["chain_sum-00001", "chain_sum-00002"]
@@ -475,7 +476,7 @@ def test_evaluations_upsert(store: LessonStore, sid: int, db_path: Path) -> None
 def test_session_stats(store: LessonStore, sid: int) -> None:
     assert store.session_stats(sid) == {
         "episodes": 0, "rollouts": 0, "guided_rollouts": 0, "mean_reward": 0.0, "lessons_added": 0, "lessons_active": 0,
-        "reflections_failed": 0,
+        "lessons_candidate": 0, "lessons_retired": 0, "reflections_failed": 0,
     }  # fmt: skip
     store.record_episode(episode(sid, "r001-a", rewards=(1.0, 0.0, 0.0, 1.0), add=[AddOp(text="Lesson from a.", scope="chain_sum")]))
     rec = episode(sid, "r001-b", rewards=(0.0, 0.0), add=[AddOp(text="Lesson from a.", scope="chain_sum")])  # dup
@@ -492,12 +493,14 @@ def test_session_stats(store: LessonStore, sid: int) -> None:
         "guided_rollouts": 2,
         "mean_reward": pytest.approx(2 / 6),
         "lessons_added": 1,
-        "lessons_active": 2,
+        "lessons_active": 0,
+        "lessons_candidate": 2,  # the library, all sessions; the dup ADD upvoted once (< 2 promotes)
+        "lessons_retired": 0,
         "reflections_failed": 1,
     }
     assert store.session_stats(other) == {
-        "episodes": 1, "rollouts": 1, "guided_rollouts": 0, "mean_reward": 1.0, "lessons_added": 1, "lessons_active": 2,
-        "reflections_failed": 0,
+        "episodes": 1, "rollouts": 1, "guided_rollouts": 0, "mean_reward": 1.0, "lessons_added": 1, "lessons_active": 0,
+        "lessons_candidate": 2, "lessons_retired": 0, "reflections_failed": 0,
     }  # fmt: skip
     store.record_episode(episode(sid, "r002-a", rewards=(0.25, 0.75), rnd=2))
     assert store.round_rewards(sid) == {1: [[1.0, 0.0, 0.0, 1.0], [0.0, 0.0]], 2: [[0.25, 0.75]]}
@@ -511,7 +514,7 @@ def test_second_store_reads_while_first_is_open(store: LessonStore, sid: int, db
     reader = LessonStore(str(db_path))
     try:
         store.record_episode(episode(sid, "r001-a", add=[AddOp(text="Visible to the reader.", scope="chain_sum")]))
-        assert [lesson.lesson_id for lesson in reader.active_lessons("chain_sum")] == ["chain_sum-00001"]
+        assert [lesson.lesson_id for lesson in reader.live_lessons("chain_sum")] == ["chain_sum-00001"]
         assert reader.get_session("s1").id == sid
         # WAL: a reader is not blocked by a writer holding an open write transaction.
         writer = sqlite3.connect(db_path, isolation_level=None, timeout=0.1)
@@ -536,7 +539,7 @@ def test_concurrent_writers_serialise(store: LessonStore, sid: int, db_path: Pat
         try:
             for i in range(10):
                 st.record_episode(
-                    episode(sid, f"{prefix}-{i}", add=[AddOp(text=f"Lesson {prefix} number {i}.", scope="chain_sum")])
+                    episode(sid, f"{prefix}-{i}", add=[AddOp(text=DISTINCT_LESSONS[i + (10 if prefix == "b" else 0)], scope="chain_sum")])
                 )
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)

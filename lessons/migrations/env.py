@@ -13,7 +13,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
-from lessons.db import Base
+from lessons.db import Base, include_name
 
 config = context.config
 target_metadata = Base.metadata
@@ -25,6 +25,7 @@ def _configure(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=include_name,
     )
 
 

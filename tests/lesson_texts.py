@@ -1,0 +1,26 @@
+"""Lesson texts for tests: pairwise below the near-duplicate threshold (lessons.similarity)."""
+
+DISTINCT_LESSONS = [
+    "Carry the tens digit when a column overflows.",
+    "Keep the minus sign of negative terms.",
+    "Read the whole question before starting.",
+    "Spell the word out letter by letter.",
+    "Estimate the magnitude first to catch slips.",
+    "Group positive terms together, then negative ones.",
+    "Subtract by counting up from the smaller value.",
+    "Rewrite fractions over a common denominator.",
+    "Track parentheses with a running depth count.",
+    "Sort the list before picking the median.",
+    "Convert units before comparing quantities.",
+    "Verify divisibility with the digit-sum rule.",
+    "Draw the graph edges as an adjacency list.",
+    "Translate words into equations one clause at a time.",
+    "Multiply before adding unless brackets say otherwise.",
+    "Reverse the string by swapping its ends inward.",
+    "Count syllables by tapping each vowel group.",
+    "Label every intermediate quantity with its meaning.",
+    "Test the boundary cases zero and one.",
+    "Prefer exact integers over decimal approximations.",
+    "Memorise squares up to twenty for quick checks.",
+    "Balance chemical equations atom by atom.",
+]
