@@ -7,11 +7,11 @@ own tokenizer, so the prompt never grows with the library.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agents.policy import Completion, Message, Policy
+from lessons.text import neutralise_lesson
 
 # Must make the model reason briefly and end with a machine-readable answer tag.
 SOLVER_SYSTEM = (
@@ -22,12 +22,11 @@ SOLVER_SYSTEM = (
 # Introduces the lessons as advice (data), not as instructions that override the task.
 LESSONS_HEADER = "Lessons learned from earlier attempts at similar tasks:"
 
-_CONTROL = re.compile(r"<\|[^|>]*\|>|</?\s*lessons\s*>", re.I)
 
 
 def sanitise_lesson(text: str) -> str:
-    """Lesson text as it may appear in a prompt: no chat-control tokens, no section tags, one line."""
-    return re.sub(r"\s+", " ", _CONTROL.sub(" ", text)).strip()
+    """Lesson text as it may appear in a prompt: :func:`lessons.text.neutralise_lesson`."""
+    return neutralise_lesson(text)
 
 
 @dataclass(frozen=True)

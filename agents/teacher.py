@@ -26,7 +26,14 @@ Compare the good and bad attempts and write at most 2 GENERAL lessons that would
 A lesson is one short imperative sentence of advice. Never include numbers or answers from this particular task.
 Also tag each lesson that was shown to the student as helpful, harmful or neutral.
 Reply with ONE JSON object and nothing else:
-{"analysis": "<one sentence>", "add": [{"text": "<lesson>", "scope": "<task family or global>"}], "tags": [{"lesson_id": "<id>", "tag": "helpful|harmful|neutral"}]}"""
+{"analysis": "<one sentence>", "add": [{"text": "<lesson>", "scope": "<task family or global>"}], "tags": [{"lesson_id": "<id>", "tag": "helpful|harmful|neutral"}]}
+Optional keys, only for lessons shown to the student: "edit": [{"lesson_id": "<id>", "text": "<better lesson>"}], "merge": [{"lesson_ids": ["<id>", "<id>"], "text": "<one lesson saying both>"}], "retire": [{"lesson_id": "<id>", "why": "<reason>"}]."""
+
+# Appended to the group's view when the library is close to its token budget.
+LIBRARY_FULL_NOTE = (
+    "The lesson library is nearly full ({used} of {budget} tokens): prefer merging lessons "
+    "that say the same thing or retiring misleading ones over adding new ones."
+)
 
 # Shown on the retry: the validation error of the first reply.
 TEACHER_RETRY = "Your reply could not be used: {error}. Reply again with ONLY the JSON object described above."
@@ -90,6 +97,7 @@ def reflect_messages(
     rollouts: Sequence[RolloutView],
     lessons_shown: Sequence[tuple[str, str]],
     hint: str | None = None,
+    library_note: str | None = None,
 ) -> str:
     """The teacher's view of one group: the task, every rollout with reward and critique, the lessons shown.
 
@@ -113,6 +121,8 @@ def reflect_messages(
         lines += [f"- {lid}: {json.dumps(text)}" for lid, text in lessons_shown]
     else:
         lines.append("Lessons shown to the student: none")
+    if library_note:
+        lines.append(library_note)
     lines.append("Write the JSON object now.")
     return "\n".join(lines)
 
@@ -123,6 +133,7 @@ def teacher_messages(
     rollouts: Sequence[RolloutView],
     lessons_shown: Sequence[tuple[str, str]],
     hint: str | None = None,
+    library_note: str | None = None,
 ) -> list[Message]:
     """The full teacher chat: system prompt, the worked example (user/assistant), then this group."""
     example = reflect_messages(EXAMPLE_FAMILY, EXAMPLE_QUESTION, [RolloutView(*r) for r in EXAMPLE_ROLLOUTS], [])
@@ -130,7 +141,7 @@ def teacher_messages(
         {"role": "system", "content": TEACHER_SYSTEM},
         {"role": "user", "content": example},
         {"role": "assistant", "content": json.dumps(EXAMPLE_REPLY)},
-        {"role": "user", "content": reflect_messages(family, question, rollouts, lessons_shown, hint)},
+        {"role": "user", "content": reflect_messages(family, question, rollouts, lessons_shown, hint, library_note)},
     ]
 
 
@@ -152,47 +163,70 @@ def screen_reflection(
     answer or any number that appears in the task (lessons are general, and the reference
     answer never reaches a lesson), must not state a specific result ("the answer is 24"),
     echo the reply template, repeat itself, or copy the worked example; its scope is the
-    task's family or ``global``; tags must name a lesson that was in context (one tag per
-    lesson, first wins).
+    task's family or ``global``. EDIT and MERGE texts pass the same checks; tags, EDIT,
+    MERGE and RETIRE must name lessons that were in context (one tag per lesson, first wins).
     """
     rejected: list[str] = []
     task_numbers = _numbers(question)
     example_texts = {a["text"] for a in EXAMPLE_REPLY["add"]}
-    adds = []
-    for op in reflection.add:
-        text = op.text
-        reason = None
+    shown = set(lessons_shown)
+
+    def problem(text: str) -> str | None:
         sentences = [x.strip().lower() for x in re.split(r"[.!?;]\s*", text) if len(x.split()) >= 3]
         leaked = _numbers(text) & task_numbers
         if reference_answer and contains_token(text, reference_answer.strip()):
-            reason = "contains the reference answer"
-        elif leaked:
-            reason = f"task-specific numbers {sorted(leaked)}"
-        elif _STATES_RESULT.search(text):
-            reason = "states a specific result"
-        elif _TEMPLATE_ECHO.search(text):
-            reason = "echoes the reply template"
-        elif len(sentences) != len(set(sentences)):
-            reason = "repeats itself"
-        elif text in example_texts:
-            reason = "copies the worked example"
+            return "contains the reference answer"
+        if leaked:
+            return f"task-specific numbers {sorted(leaked)}"
+        if _STATES_RESULT.search(text):
+            return "states a specific result"
+        if _TEMPLATE_ECHO.search(text):
+            return "echoes the reply template"
+        if len(sentences) != len(set(sentences)):
+            return "repeats itself"
+        if text in example_texts:
+            return "copies the worked example"
+        return None
+
+    adds = []
+    for op in reflection.add:
+        reason = problem(op.text)
         if reason:
-            rejected.append(f"ADD rejected ({reason}): {text!r}")
+            rejected.append(f"ADD rejected ({reason}): {op.text!r}")
             continue
         if op.scope not in {family, "global"}:
             op = op.model_copy(update={"scope": family})
         if len(adds) >= MAX_ADDS:
-            rejected.append(f"ADD rejected (more than {MAX_ADDS} per reflection): {text!r}")
+            rejected.append(f"ADD rejected (more than {MAX_ADDS} per reflection): {op.text!r}")
             continue
         adds.append(op)
+    edits, merges, retires = [], [], []
+    for op in reflection.edit:
+        reason = "lesson was not in context" if op.lesson_id not in shown else problem(op.text)
+        if reason:
+            rejected.append(f"EDIT {op.lesson_id} rejected ({reason}): {op.text!r}")
+        else:
+            edits.append(op)
+    for op in reflection.merge:
+        missing = [i for i in op.lesson_ids if i not in shown]
+        reason = f"{', '.join(missing)} not in context" if missing else problem(op.text)
+        if reason:
+            rejected.append(f"MERGE {'+'.join(op.lesson_ids)} rejected ({reason}): {op.text!r}")
+        else:
+            merges.append(op)
+    for op in reflection.retire:
+        if op.lesson_id not in shown:
+            rejected.append(f"RETIRE {op.lesson_id} rejected (lesson was not in context)")
+        else:
+            retires.append(op)
     tags, seen = [], set()
     for t in reflection.tags:
-        if t.lesson_id not in lessons_shown:
+        if t.lesson_id not in shown:
             rejected.append(f"tag rejected (lesson {t.lesson_id!r} was not in context)")
         elif t.lesson_id not in seen:
             seen.add(t.lesson_id)
             tags.append(t)
-    return reflection.model_copy(update={"add": adds, "tags": tags}), rejected
+    return reflection.model_copy(update={"add": adds, "edit": edits, "merge": merges, "retire": retires, "tags": tags}), rejected
 
 
 def reflect(
@@ -206,6 +240,7 @@ def reflect(
     max_tokens: int = 256,
     seed: int | None = None,
     hint: str | None = None,
+    library_note: str | None = None,
 ) -> ReflectResult:
     """Ask the teacher for curation ops on one group; validate and screen them.
 
@@ -218,12 +253,13 @@ def reflect(
         reference_answer: used only to reject lessons that leak it; never shown to the teacher.
         temperature, max_tokens, seed: sampling settings for the teacher.
         hint: the hint the guided rollouts in ``rollouts`` were sampled with, if any.
+        library_note: a line about the library's state (e.g. :data:`LIBRARY_FULL_NOTE`).
 
     Returns:
         A :class:`ReflectResult`. A reply that stays invalid after one retry gives
         ``reflection=None`` and the error; this function does not raise on bad model output.
     """
-    base = teacher_messages(family, question, rollouts, lessons_shown, hint)
+    base = teacher_messages(family, question, rollouts, lessons_shown, hint, library_note)
     prefill = TEACHER_PREFILL if getattr(teacher, "supports_prefill", False) else ""
 
     replies: list[str] = []

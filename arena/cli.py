@@ -90,6 +90,11 @@ def run(
     critic: Annotated[str, typer.Option(help="Critic: verifier (no model), local or openai:MODEL.")] = "verifier",
     teacher: Annotated[str, typer.Option(help="Teacher model: local or openai:MODEL.")] = "local",
     lesson_tokens: Annotated[int, typer.Option(help="Token budget of the lessons in the solver prompt.")] = 512,
+    library_tokens: Annotated[int, typer.Option(help="Token budget of all live lessons; an op past it is rejected.")] = 4096,
+    utility_every: Annotated[int, typer.Option(help="Utility A/B of lessons (with vs without) every N episodes; 0: off.")] = 0,
+    utility_lessons: Annotated[int, typer.Option(help="Lessons measured per utility check.")] = 4,
+    utility_tasks: Annotated[int, typer.Option(help="Train tasks per lesson in a utility A/B.")] = 4,
+    utility_samples: Annotated[int, typer.Option(help="Samples per task and arm in a utility A/B.")] = 4,
     success_threshold: Annotated[float, typer.Option(help="Reward at which a rollout succeeds; a group with none gets a hint.")] = 1.0,
     hint_mode: Annotated[
         Optional[list[str]],
@@ -126,7 +131,8 @@ def run(
                 db=db, families=families, tasks_file=tasks_file, train_tasks=train_tasks, heldout_tasks=heldout_tasks,
                 rounds=rounds, rollouts=rollouts, temperature=temperature, max_tokens=max_tokens, seed=seed,
                 session=session, solver=solver, critic=critic, teacher=teacher, lesson_tokens=lesson_tokens,
-                success_threshold=success_threshold,
+                library_tokens=library_tokens, utility_every=utility_every, utility_lessons=utility_lessons,
+                utility_tasks=utility_tasks, utility_samples=utility_samples, success_threshold=success_threshold,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
         # Validate tasks, endpoints and prompt sizes before touching the database, so bad input writes nothing.
@@ -176,7 +182,10 @@ def print_summary(summary: dict, console: Console) -> None:
     t = Table(title=f"session {summary['session']}", show_header=False)
     t.add_column("metric", style="bold")
     t.add_column("value")
-    for key in ("episodes", "rollouts", "mean_reward", "lessons_added", "lessons_active", "reflections_failed"):
+    for key in (
+        "episodes", "rollouts", "mean_reward", "lessons_added", "lessons_active", "lessons_candidate",
+        "lessons_retired", "library_tokens_used", "utility_checks", "reflections_failed",
+    ):
         t.add_row(key.replace("_", " "), str(summary.get(key)))
     t.add_row("all-fail groups → guided", f"{summary.get('all_fail_groups')} → {summary.get('guided_groups')} "
               f"(guided success rate {summary.get('guided_success_rate')})")

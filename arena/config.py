@@ -41,6 +41,11 @@ class SessionConfig(BaseModel):
     max_tokens: int = 96  # solver completion cap, tokens
     teacher_max_tokens: int = 192  # teacher reflection cap, tokens
     lesson_tokens: int = 512  # budget of the lessons section in the solver prompt, solver tokens
+    library_tokens: int = 4096  # budget of all live (candidate + active) lessons, solver tokens; enforced per op
+    utility_every: int = 0  # utility A/B of lessons after every N episodes; 0: never
+    utility_lessons: int = 4  # lessons measured per utility check
+    utility_tasks: int = 4  # train tasks per lesson in a utility A/B
+    utility_samples: int = 4  # samples per task and arm in a utility A/B
     success_threshold: float = 1.0  # reward at which a rollout counts as a success; all-fail groups get hints
     hint_modes: list[str] = Field(default_factory=lambda: ["feedback", "answer"])  # plan / feedback / answer; [] disables hints
     seed: int = 0  # seeds task draws and sampling
@@ -103,6 +108,13 @@ class SessionConfig(BaseModel):
             raise ValueError(f"success threshold must be in (0, 1] (rewards are in [0, 1]), got {self.success_threshold}")
         if self.lesson_tokens < 0:
             raise ValueError(f"--lesson-tokens must be >= 0 (0 disables lessons in context), got {self.lesson_tokens}")
+        if self.library_tokens < 1:
+            raise ValueError(f"--library-tokens must be >= 1, got {self.library_tokens}")
+        if self.utility_every < 0:
+            raise ValueError(f"--utility-every must be >= 0 (0 disables the utility A/B), got {self.utility_every}")
+        for name in ("utility_lessons", "utility_tasks", "utility_samples"):
+            if not 1 <= getattr(self, name) <= 256:
+                raise ValueError(f"--{name.replace('_', '-')} must be in [1, 256], got {getattr(self, name)}")
         if not self.families and self.tasks_file is None:
             raise ValueError("no tasks: pass --family NAME or --tasks-file F")
         return self

@@ -28,12 +28,14 @@ from agents.critic import grade_group
 from agents.hints import FailedAttempt, write_hint
 from agents.policy import Completion, Policy
 from agents.solver import guided_messages, solver_messages
-from agents.teacher import RolloutView, reflect
+from agents.teacher import LIBRARY_FULL_NOTE, RolloutView, reflect
 from arena.extract import extract_answer
 from arena.tasks import Task, score, verifier_feedback
 from lessons.ops import Reflection
 from lessons.retrieval import retrieve
 from lessons.store import EpisodeRecord, HintRecord, LessonStore, RolloutRecord
+
+LIBRARY_FULL_FRACTION = 0.8  # the teacher is asked to merge/retire once the library holds this share of its budget
 
 
 @dataclass
@@ -214,6 +216,8 @@ def build_episode_graph(
             for c, g in zip(state.get("guided_completions") or [], state.get("guided_grades") or [])
         ]
         h = state.get("hint")
+        used, budget = store.library_tokens_used(), store.curation_policy.library_tokens
+        note = LIBRARY_FULL_NOTE.format(used=used, budget=budget) if used >= LIBRARY_FULL_FRACTION * budget else None
         result = reflect(
             roles.teacher,
             task.family,
@@ -225,6 +229,7 @@ def build_episode_graph(
             max_tokens=settings.teacher_max_tokens,
             seed=state.get("seed"),
             hint=h["text"] if h else None,
+            library_note=note,
         )
         return {
             "reflection": result.reflection.model_dump() if result.reflection else None,

@@ -25,6 +25,8 @@ from arena.extract import extract_answer
 from arena.graph import EpisodeSettings, Roles, build_episode_graph, retrieve_for_task
 from arena.stats import mean_pass_at_k, wilson_interval
 from arena.tasks import Task, TaskSplits, score
+from arena.utility import UtilitySettings, maybe_check_utility
+from lessons.curation import CurationPolicy
 from lessons.store import LessonStore, StoreError
 
 EVAL_NAMES = ("heldout_before", "heldout_after", "heldout_after_no_lessons")
@@ -210,6 +212,17 @@ def run_session(
         success_threshold=cfg.success_threshold,
         hint_modes=tuple(cfg.hint_modes),
     )
+    store.curation_policy = CurationPolicy(library_tokens=cfg.library_tokens)
+    store.count_tokens = roles.solver.count_tokens
+    utility = UtilitySettings(
+        every=cfg.utility_every,
+        lessons=cfg.utility_lessons,
+        tasks=cfg.utility_tasks,
+        samples=cfg.utility_samples,
+        lesson_tokens=cfg.lesson_tokens,
+        temperature=cfg.temperature,
+        max_tokens=cfg.max_tokens,
+    )
     graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer)
     progress = (
         Progress(
@@ -273,6 +286,7 @@ def run_session(
                     rewards_so_far += [g["reward"] for g in final.get("grades", [])]
                     if on_episode:
                         on_episode(final)
+                maybe_check_utility(store, roles.solver, session_id, splits.train, utility, cfg.seed)
                 if progress:
                     mean = sum(rewards_so_far) / len(rewards_so_far) if rewards_so_far else float("nan")
                     progress.update(bar, advance=1, status=f"mean reward {mean:.3f}")
@@ -307,6 +321,11 @@ def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: S
         "mean_reward": round(stats["mean_reward"], 4),
         "lessons_added": stats["lessons_added"],
         "lessons_active": stats["lessons_active"],
+        "lessons_candidate": stats["lessons_candidate"],
+        "lessons_retired": stats["lessons_retired"],
+        "library_tokens_used": store.library_tokens_used(),
+        "library_tokens": cfg.library_tokens,
+        "utility_checks": len(store.utility_checks(session_id)),
         "reflections_failed": stats.get("reflections_failed", 0),
     }
     for name in EVAL_NAMES:

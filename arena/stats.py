@@ -45,3 +45,39 @@ def mean_pass_at_k(groups: Sequence[Sequence[float]], k: int, threshold: float =
     """Mean pass@k over groups of rewards (a rollout passes when its reward ≥ ``threshold``)."""
     vals = [pass_at_k(len(g), sum(r >= threshold - 1e-9 for r in g), k) for g in groups if len(g) >= k]
     return sum(vals) / len(vals) if vals else 0.0
+
+
+def paired_difference_interval(
+    with_pass: Sequence[bool], without_pass: Sequence[bool], z: float = 1.959964
+) -> tuple[float, float, float]:
+    """Difference of two paired proportions with its 95% interval (Newcombe 1998, method 10).
+
+    Args:
+        with_pass, without_pass: paired outcomes (same task and seed under arm A and arm B),
+            equal lengths n ≥ 1.
+        z: normal quantile.
+
+    Returns:
+        ``(diff, lo, hi)``: ``p_A − p_B`` and its interval in [−1, 1], built from the two
+        Wilson intervals with the pairs' correlation (phi), so it stays honest at small n
+        and at 0/1 (all-equal pairs give a non-degenerate interval).
+
+    Raises:
+        ValueError: lengths differ or are 0.
+    """
+    n = len(with_pass)
+    if n == 0 or n != len(without_pass):
+        raise ValueError(f"need two equal, non-empty sequences of paired outcomes (got {n} and {len(without_pass)})")
+    a = sum(1 for x, y in zip(with_pass, without_pass) if x and y)
+    b = sum(1 for x, y in zip(with_pass, without_pass) if x and not y)
+    c = sum(1 for x, y in zip(with_pass, without_pass) if not x and y)
+    d = n - a - b - c
+    p1, p2 = (a + b) / n, (a + c) / n
+    l1, u1 = wilson_interval(a + b, n, z)
+    l2, u2 = wilson_interval(a + c, n, z)
+    denom = math.sqrt((a + b) * (c + d) * (a + c) * (b + d))
+    phi = (a * d - b * c) / denom if denom > 0 else 0.0
+    dl = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    du = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    diff = p1 - p2
+    return diff, max(-1.0, diff - dl), min(1.0, diff + du)

@@ -33,7 +33,13 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from lessons.db import LIVE_STATUSES, LessonEventRow, LessonRow, LessonUtilityRow, utcnow
+from lessons.db import (
+    LIVE_STATUSES,
+    LessonEventRow,
+    LessonRow,
+    LessonUtilityRow,
+    utcnow,
+)
 from lessons.ops import GLOBAL_SCOPE, clean_lesson_text, normalise_scope
 from lessons.similarity import similarity
 

@@ -10,10 +10,11 @@ delta updates and ExpeL's insight operations (ADD / EDIT / UPVOTE / DOWNVOTE), w
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from lessons.text import neutralise_lesson
 
 LESSON_MAX_CHARS = 400  # a lesson is one or two sentences; longer text is rejected, not truncated
 GLOBAL_SCOPE = "global"
@@ -22,12 +23,13 @@ Tag = Literal["helpful", "harmful", "neutral"]
 
 
 def clean_lesson_text(v: str) -> str:
-    """One line, single spaces; 8 to :data:`LESSON_MAX_CHARS` characters.
+    """Neutralised (:func:`lessons.text.neutralise_lesson`: one line, no section tags, no
+    forged chat turns), 8 to :data:`LESSON_MAX_CHARS` characters.
 
     Raises:
         ValueError: too short or too long (longer text is rejected, not truncated).
     """
-    v = re.sub(r"\s+", " ", v or "").strip()
+    v = neutralise_lesson(v or "")
     if len(v) < 8:
         raise ValueError("lesson text must be at least 8 characters")
     if len(v) > LESSON_MAX_CHARS:

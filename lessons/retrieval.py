@@ -152,7 +152,10 @@ def retrieve(
     Returns:
         ``(section, [[id, text], ...])`` in prompt order; ``("", [])`` when nothing fits.
     """
-    from agents.solver import LessonView, render_lessons  # agents depends on lessons, not the reverse
+    from agents.solver import (  # agents depends on lessons, not the reverse
+        LessonView,
+        render_lessons,
+    )
 
     ranked = rank_lessons(store, family, task_text, exclude)
     views = [LessonView(r.lesson.lesson_id, r.lesson.text) for r in ranked]

@@ -37,6 +37,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
+from lessons.curation import (
+    CurationPolicy,
+    Curator,
+    Provenance,
+    TokenCounter,
+    apply_reflection,
+    approx_tokens,
+)
 from lessons.db import (
     LESSON_STATUSES,
     LIVE_STATUSES,
@@ -54,7 +62,6 @@ from lessons.db import (
     alembic_config,
     utcnow,
 )
-from lessons.curation import CurationPolicy, Curator, Provenance, TokenCounter, apply_reflection
 from lessons.ops import GLOBAL_SCOPE, Reflection
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another's lock before failing
@@ -1041,6 +1048,14 @@ class LessonStore:
             rows.sort(key=lambda r: (-r.rank_score, r.id))
             return [_lesson_info(r) for r in rows[:limit]]
 
+    def library_tokens_used(self) -> int:
+        """Solver tokens held by the live lessons (uncounted ones estimated with :attr:`count_tokens`)."""
+        count = self.count_tokens or approx_tokens
+        with self._read() as s:
+            known = s.scalar(select(func.coalesce(func.sum(LessonRow.tokens), 0)).where(LessonRow.status.in_(LIVE_STATUSES)))
+            unknown = s.scalars(select(LessonRow.text).where(LessonRow.status.in_(LIVE_STATUSES), LessonRow.tokens.is_(None)))
+            return int(known or 0) + sum(count(t) for t in unknown)
+
     def count_lessons(self) -> dict[str, int]:
         """Number of lessons per status (every status present, 0 when none)."""
         with self._read() as s:
@@ -1103,6 +1118,11 @@ class LessonStore:
                 }
                 for u in s.scalars(q)
             ]
+
+    def utility_checks(self, session_id: int) -> set[int]:
+        """The ``after_episodes`` marks of the session's utility checks already stored (resume skips them)."""
+        with self._read() as s:
+            return set(s.scalars(select(LessonUtilityRow.after_episodes).where(LessonUtilityRow.session_id == session_id)))
 
     @contextmanager
     def curate(self, now: datetime | None = None) -> Iterator[Curator]:

@@ -12,3 +12,28 @@ def contains_token(text: str, token: str) -> bool:
     answers in stored text. A sentence-ending period after the token still counts as a match.
     """
     return re.search(rf"(?<![\w.]){re.escape(token)}(?!\w|\.\d)", text) is not None
+
+
+# Chat-control tokens of any template (<|im_start|>, <|eot_id|>, <s>, [INST], <<SYS>>), our
+# section tags (<lessons>, </lessons>, with any spacing/case), and markdown role headers.
+_CONTROL = re.compile(
+    r"<\|[^|>]*\|>|</?\s*s\s*>|\[/?\s*INST\s*\]|<</?\s*SYS\s*>>|</?\s*/?\s*lessons?\s*/?\s*>|#{2,}\s*(?=\w)",
+    re.I,
+)
+# A role name followed by a colon or a line break, where a chat transcript would start a turn.
+_ROLE = re.compile(r"(?<![\w-])(system|user|assistant|developer|human|ai|tool)\s*(:|\n)", re.I)
+
+
+def neutralise_lesson(text: str) -> str:
+    """Lesson text as it may appear inside the solver's ``<lessons>`` section.
+
+    Lessons are data in the prompt. A lesson (written by a model, imported, or typed by a
+    person) that tries to close its section (``</lessons>``), open a chat turn
+    (``<|im_start|>system``, ``[INST]``, ``<<SYS>>``, ``### Instruction``) or impersonate a
+    role (``System: ...``, ``Assistant:``) is neutralised: control tokens and section tags
+    are removed, ``Role:`` becomes ``role -``, and the text is one line (no turn can start
+    on a new line). Ordinary advice (``End with <answer></answer> tags``) is unchanged.
+    """
+    text = _CONTROL.sub(" ", text)
+    text = _ROLE.sub(lambda m: f"{m.group(1).lower()} - ", text)
+    return re.sub(r"\s+", " ", text).strip()

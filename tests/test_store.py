@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lesson_texts import DISTINCT_LESSONS
 from sqlalchemy import event
 
-from lesson_texts import DISTINCT_LESSONS
 from lessons.ops import AddOp, LessonTag, Reflection
 from lessons.store import (
     EpisodeRecord,
