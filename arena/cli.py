@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -21,6 +19,9 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from arena.cli_support import EXIT_INTERRUPTED, EXIT_USER_ERROR, fail
+from arena.cli_support import quiet_libraries as _quiet_libraries
+
 app = typer.Typer(
     name="arena",
     help="Lesson Arena: solver, critic and teacher agents that learn lessons from self-play.",
@@ -28,30 +29,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
-
-
-def fail(message: str, code: int = EXIT_USER_ERROR) -> typer.Exit:
-    """Print ``arena: error: <message>`` as one line on stderr and return the Exit to raise."""
-    line = " ".join(str(message).split())
-    print(f"arena: error: {line}", file=sys.stderr)
-    return typer.Exit(code)
-
-
-def _quiet_libraries() -> None:
-    """Keep library chatter (conversion progress bars, generation warnings) off the user's terminal."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    import warnings
-
-    warnings.filterwarnings("ignore", category=UserWarning)
-    warnings.filterwarnings("ignore", category=FutureWarning)
-
 
 _FLAG_OF_FIELD = {"families": "family", "hint_modes": "hint-mode"}
 
@@ -200,48 +177,9 @@ def print_summary(summary: dict, console: Console) -> None:
     console.print(t)
 
 
-lessons_app = typer.Typer(help="Inspect and audit the lesson library.", no_args_is_help=True)
+from arena.lessons_cli import lessons_app  # noqa: E402 - after `app`, which lessons_cli does not need
+
 app.add_typer(lessons_app, name="lessons")
-
-
-@lessons_app.command("leaks")
-def lessons_leaks(
-    db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
-    session: Annotated[Optional[str], typer.Option(help="Check only this session's held-out tasks and hints.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the matches as a JSON array.")] = False,
-) -> None:
-    """Report every lesson or hint that contains a held-out task's question or distinctive answer.
-
-    Exit code 0: no leak; 1: at least one leak (each printed with the task it leaks); 2: bad input.
-    """
-    _quiet_libraries()
-    from dataclasses import asdict
-
-    from lessons.leaks import find_leaks
-    from lessons.store import LessonStore, StoreError
-
-    try:
-        if "://" not in db and not Path(db).exists():
-            raise StoreError(f"no database at {db}; run `arena run --db {db}` first")
-        with LessonStore(db) as store:
-            if session is not None and store.get_session(session) is None:
-                raise StoreError(f"no session named {session!r} in {db}")
-            leaks = find_leaks(store, session)
-    except StoreError as e:
-        raise fail(str(e)) from None
-    if json_out:
-        print(json.dumps([asdict(x) for x in leaks]))
-    elif leaks:
-        t = Table(title=f"{len(leaks)} leak(s) of held-out tasks")
-        for col in ("source", "id", "leaks task", "by", "text"):
-            t.add_column(col)
-        for x in leaks:
-            t.add_row(x.source, x.source_id, f"{x.session}:{x.task_key}", x.kind, x.excerpt)
-        Console().print(t)
-    else:
-        Console().print("no leaks: no lesson or hint contains a held-out question or distinctive answer")
-    if leaks:
-        raise typer.Exit(1)
 
 
 def main() -> None:

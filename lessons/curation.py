@@ -193,7 +193,8 @@ class Curator:
             )
         )
 
-    def _rank(self, row: LessonRow) -> None:
+    def rerank(self, row: LessonRow) -> None:
+        """Recompute the retrieval prior ``rank_score`` of ``row`` from its counters and utility."""
         utility = row.utility if row.utility is not None else 0.0
         row.rank_score = float(row.helpful - row.harmful) + self.policy.utility_weight * utility
         row.updated_at = self.now
@@ -206,7 +207,7 @@ class Curator:
 
     # ------------------------------------------------------------------ budget
 
-    def _make_room(self, needed: int, prov: Provenance, spare: Sequence[int] = ()) -> None:
+    def make_room(self, needed: int, prov: Provenance, spare: Sequence[int] = ()) -> None:
         """Evict stale candidates until ``needed`` more tokens fit; else raise CurationError."""
         budget = self.policy.library_tokens
         used = self.live_tokens()
@@ -289,7 +290,7 @@ class Curator:
             )
             return best.lesson_id
         tokens = self.count_tokens(text)
-        self._make_room(tokens, prov)
+        self.make_room(tokens, prov)
         row = LessonRow(
             lesson_id=self.next_lesson_id(scope),
             text=text,
@@ -329,7 +330,7 @@ class Curator:
         if text == row.text:
             raise CurationError(f"lesson {lesson_id} already has this text")
         new_tokens = self.count_tokens(text)
-        self._make_room(new_tokens - self.tokens_of(row), prov, spare=[row.id])
+        self.make_room(new_tokens - self.tokens_of(row), prov, spare=[row.id])
         before = row.text
         row.text, row.tokens, row.updated_at = text, new_tokens, self.now
         self._event(row, "EDIT", prov, rationale, before=before, after=text)
@@ -363,7 +364,7 @@ class Curator:
         scopes = {r.scope for r in rows}
         scope = scopes.pop() if len(scopes) == 1 else GLOBAL_SCOPE
         tokens = self.count_tokens(text)
-        self._make_room(tokens - sum(self.tokens_of(r) for r in rows), prov, spare=[r.id for r in rows])
+        self.make_room(tokens - sum(self.tokens_of(r) for r in rows), prov, spare=[r.id for r in rows])
         merged = LessonRow(
             lesson_id=self.next_lesson_id(scope),
             text=text,
@@ -382,7 +383,7 @@ class Curator:
         )
         self.s.add(merged)
         self.s.flush()
-        self._rank(merged)
+        self.rerank(merged)
         sources = "\n".join(f"{r.lesson_id}: {r.text}" for r in rows)
         self._event(merged, "MERGE", prov, f"merged from {', '.join(ids)}. {rationale}", before=sources, after=text)
         for r in rows:
@@ -425,7 +426,7 @@ class Curator:
         # counter += 1 in SQL (atomic under concurrent writers), then refresh the row
         self.s.execute(update(LessonRow).where(LessonRow.id == row.id).values({counter: getattr(LessonRow, counter) + 1}))
         self.s.refresh(row)
-        self._rank(row)
+        self.rerank(row)
         self._event(row, op, prov, rationale)
         {"helpful": self.result.upvoted, "harmful": self.result.downvoted, "neutral": self.result.neutral}[tag].append(lesson_id)
         self._life_cycle(row, prov)
@@ -471,7 +472,7 @@ class Curator:
             )
         )
         row.utility, row.utility_lo, row.utility_hi, row.utility_n = effect, ci[0], ci[1], n
-        self._rank(row)
+        self.rerank(row)
         self._life_cycle(row, prov)
 
     # ------------------------------------------------------------------ life cycle
