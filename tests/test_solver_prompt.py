@@ -86,3 +86,27 @@ def test_screen_rejects_degenerate_and_copied_lessons():
     reasons = " | ".join(rejected)
     for r in ("states a specific result", "echoes the reply template", "repeats itself", "copies the worked example"):
         assert r in reasons
+
+
+def test_screen_keeps_edit_merge_retire_only_for_lessons_in_context_and_clean_text():
+    from lessons.ops import EditOp, MergeOp, RetireOp
+
+    refl = Reflection(
+        edit=[
+            EditOp(lesson_id="chain_sum-00001", text="Keep the sign of each negative term."),
+            EditOp(lesson_id="chain_sum-00009", text="Not shown so not editable."),
+            EditOp(lesson_id="chain_sum-00002", text="The answer is 57 here."),
+        ],
+        merge=[
+            MergeOp(lesson_ids=["chain_sum-00001", "chain_sum-00002"], text="Track signs and carry tens."),
+            MergeOp(lesson_ids=["chain_sum-00001", "global-00042"], text="Merging with an unseen lesson."),
+        ],
+        retire=[RetireOp(lesson_id="chain_sum-00002", why="misleads"), RetireOp(lesson_id="x-00001", why="unseen")],
+    )
+    screened, rejected = screen_reflection(refl, "chain_sum", "What is 12 + 45?", "57", ["chain_sum-00001", "chain_sum-00002"])
+    assert [e.lesson_id for e in screened.edit] == ["chain_sum-00001"]
+    assert [m.lesson_ids for m in screened.merge] == [["chain_sum-00001", "chain_sum-00002"]]
+    assert [r.lesson_id for r in screened.retire] == ["chain_sum-00002"]
+    assert len(rejected) == 4
+    assert any("EDIT chain_sum-00002 rejected (contains the reference answer)" in r for r in rejected)
+    assert any("MERGE chain_sum-00001+global-00042 rejected (global-00042 not in context)" in r for r in rejected)
