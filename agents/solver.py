@@ -54,18 +54,29 @@ def render_lessons(
     """
     if budget_tokens <= 0 or not lessons:
         return "", []
-    chosen: list[LessonView] = []
 
-    def section(items: Sequence[LessonView]) -> str:
-        lines = "\n".join(f"{i}. {sanitise_lesson(les.text)}" for i, les in enumerate(items, 1))
-        return f"{LESSONS_HEADER}\n<lessons>\n{lines}\n</lessons>"
+    def section(lines: Sequence[str]) -> str:
+        body = "\n".join(f"{i}. {text}" for i, text in enumerate(lines, 1))
+        return f"{LESSONS_HEADER}\n<lessons>\n{body}\n</lessons>"
 
+    # Count each line once (O(n) tokenizer calls, not O(n^2)): the section's size is taken as
+    # the empty section plus its lines; one exact count at the end drops lessons if the
+    # sum was an underestimate (BPE merges across line breaks are rare but possible).
+    used = count_tokens(section([]))
+    chosen: list[tuple[str, str]] = []  # (lesson_id, neutralised text)
     for les in lessons:
-        if count_tokens(section([*chosen, les])) <= budget_tokens:
-            chosen.append(les)
+        text = sanitise_lesson(les.text)
+        cost = count_tokens(f"\n{len(chosen) + 1}. {text}")
+        if used + cost <= budget_tokens:
+            chosen.append((les.lesson_id, text))
+            used += cost
+        elif budget_tokens - used < 4:  # not even a short lesson fits any more
+            break
+    while chosen and count_tokens(section([t for _, t in chosen])) > budget_tokens:
+        chosen.pop()
     if not chosen:
         return "", []
-    return section(chosen), [les.lesson_id for les in chosen]
+    return section([t for _, t in chosen]), [i for i, _ in chosen]
 
 
 def solver_messages(question: str, lessons_section: str = "") -> list[Message]:

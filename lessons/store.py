@@ -21,12 +21,14 @@ import re
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from types import SimpleNamespace
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
+import snowballstemmer
 from alembic import command
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -63,6 +65,13 @@ from lessons.db import (
     utcnow,
 )
 from lessons.ops import GLOBAL_SCOPE, Reflection
+
+_PORTER = snowballstemmer.stemmer("porter")  # the stemmer of FTS5's "porter" tokenizer (Porter 1980)
+
+
+@lru_cache(maxsize=65536)
+def _porter_stem(word: str) -> str:
+    return _PORTER.stemWord(word)
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another's lock before failing
 PASS_THRESHOLD = 1.0 - 1e-9  # a rollout / task passes when its reward is at least this
@@ -405,7 +414,13 @@ def _session_info(row: SessionRow) -> SessionInfo:
     )
 
 
-def _lesson_info(row: LessonRow) -> LessonInfo:
+_LESSONS = LessonRow.__table__  # Core table: hot read paths skip ORM identity-map overhead
+
+
+def _lesson_info(row: Any) -> LessonInfo:
+    """A :class:`LessonInfo` from an ORM row or a Core row mapping of ``lessons``."""
+    if not isinstance(row, LessonRow):
+        row = SimpleNamespace(**row)
     ci = (row.utility_lo, row.utility_hi) if row.utility_lo is not None and row.utility_hi is not None else None
     return LessonInfo(
         lesson_id=row.lesson_id,
@@ -479,6 +494,7 @@ class LessonStore:
         self.curation_policy: CurationPolicy = CurationPolicy()
         self.count_tokens: TokenCounter | None = None  # the solver's tokenizer count; None: ~4 chars/token
         self._fts: bool | None = None  # whether lessons_fts exists (looked up once)
+        self._df: tuple[int, dict[str, int]] | None = None  # (max lesson row id, porter stem -> document frequency)
         try:
             self._url = make_url(raw) if "://" in raw else URL.create("sqlite", database=raw)
         except ArgumentError as e:
@@ -988,8 +1004,14 @@ class LessonStore:
         family: str | None = None,
         statuses: Sequence[str] | None = LIVE_STATUSES,
         limit: int = 32,
+        max_terms: int = 4,
     ) -> list[tuple[LessonInfo, float]]:
         """Full-text search: lessons matching any of ``terms``, best BM25 first (SQLite FTS5).
+
+        Only the ``max_terms`` most selective terms are searched: a term in more than half
+        of the lessons adds nothing (FTS5 clamps its IDF to ~0) and is dropped, and of the
+        rest the rarest are kept, so the cost follows the matches of rare words, not the
+        library size (IDF-ordered term pruning, as in MaxScore-style dynamic pruning).
 
         Args:
             terms: query words (each is quoted, so FTS5 syntax in them is inert; the index's
@@ -997,13 +1019,14 @@ class LessonStore:
             family: only lessons of this family and global ones (None: every scope).
             statuses: only these statuses (None: every status).
             limit: at most this many results.
+            max_terms: at most this many query terms are searched.
 
         Returns:
             ``(lesson, relevance)`` pairs, relevance = −bm25 > 0, larger is better. Empty
             when no term is given or the database has no FTS index (see :meth:`has_fts`).
         """
-        terms = [t for t in dict.fromkeys(terms) if t]
-        if not terms or not self.has_fts():
+        terms = self._selective_terms([t for t in dict.fromkeys(terms) if t], max_terms)
+        if not terms:
             return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         sql = (
@@ -1023,8 +1046,25 @@ class LessonStore:
             hits = s.execute(sql_text(sql), params).all()
             if not hits:
                 return []
-            rows = {r.id: r for r in s.scalars(select(LessonRow).where(LessonRow.id.in_([h.id for h in hits])))}
+            rows = {m["id"]: m for m in s.execute(select(_LESSONS).where(_LESSONS.c.id.in_([h.id for h in hits]))).mappings()}
             return [(_lesson_info(rows[h.id]), float(h.relevance)) for h in hits]
+
+    def _selective_terms(self, terms: list[str], max_terms: int) -> list[str]:
+        """The query words worth searching (see :meth:`search_lessons`), rarest first."""
+        if not terms or not self.has_fts():
+            return []
+        with self._read() as s:
+            top = s.scalar(select(func.max(LessonRow.id))) or 0
+            if self._df is None or self._df[0] != top:  # new lessons since: reload (edits may lag; harmless)
+                rows = s.execute(sql_text("SELECT term, doc FROM lessons_fts_vocab")).all()
+                self._df = (top, {t: int(d) for t, d in rows})
+        df = self._df[1]
+        n = max(top, 1)
+        stems = [_porter_stem(t.lower()) for t in terms]
+        scored = sorted(
+            ((df.get(stem, 0), i, word) for i, (word, stem) in enumerate(zip(terms, stems))),
+        )
+        return [word for d, _, word in scored if 0 < d <= n / 2][:max_terms]
 
     def top_lessons(self, family: str | None, limit: int, statuses: Sequence[str] = LIVE_STATUSES) -> list[LessonInfo]:
         """The ``limit`` lessons of a family (and global) with the highest ``rank_score``.
@@ -1032,21 +1072,22 @@ class LessonStore:
         One indexed query per scope (index ``ix_lessons_scope_rank``), merged; None: every
         scope in one query.
         """
+        t = _LESSONS.c
         with self._read() as s:
             if family is None:
-                q = select(LessonRow).where(LessonRow.status.in_(statuses)).order_by(LessonRow.rank_score.desc(), LessonRow.id).limit(limit)
-                return [_lesson_info(r) for r in s.scalars(q)]
-            rows: list[LessonRow] = []
+                q = select(_LESSONS).where(t.status.in_(statuses)).order_by(t.rank_score.desc(), t.id).limit(limit)
+                return [_lesson_info(m) for m in s.execute(q).mappings()]
+            rows: list[Any] = []
             for scope in dict.fromkeys([family, GLOBAL_SCOPE]):
                 q = (
-                    select(LessonRow)
-                    .where(LessonRow.scope == scope, LessonRow.status.in_(statuses))
-                    .order_by(LessonRow.rank_score.desc(), LessonRow.id)
+                    select(_LESSONS)
+                    .where(t.scope == scope, t.status.in_(statuses))
+                    .order_by(t.rank_score.desc(), t.id)
                     .limit(limit)
                 )
-                rows += s.scalars(q)
-            rows.sort(key=lambda r: (-r.rank_score, r.id))
-            return [_lesson_info(r) for r in rows[:limit]]
+                rows += s.execute(q).mappings().all()
+            rows.sort(key=lambda m: (-m["rank_score"], m["id"]))
+            return [_lesson_info(m) for m in rows[:limit]]
 
     def library_tokens_used(self) -> int:
         """Solver tokens held by the live lessons (uncounted ones estimated with :attr:`count_tokens`)."""

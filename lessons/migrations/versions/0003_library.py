@@ -1,7 +1,8 @@
 """Lesson library: token counts, utility A/B results, retrieval prior, MERGE targets, FTS5 index.
 
 On SQLite, ``lessons_fts`` is an external-content FTS5 table over ``lessons.text`` (porter
-stemmer), kept in sync by triggers; :mod:`lessons.retrieval` ranks with its ``bm25()``.
+stemmer), kept in sync by triggers; :mod:`lessons.retrieval` ranks with its ``bm25()``, and
+``lessons_fts_vocab`` (fts5vocab) gives per-term document frequencies.
 Other backends get no FTS table and retrieval falls back to BM25 in Python.
 
 A later revision that rebuilds ``lessons`` in batch mode drops these triggers with the old
@@ -40,6 +41,8 @@ def create_fts() -> None:
         "text, content='lessons', content_rowid='id', tokenize='porter unicode61')"
     )
     op.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
+    # per-term document frequencies, read by retrieval to skip terms that cannot score
+    op.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE}_vocab USING fts5vocab({FTS_TABLE}, 'row')")
     op.execute(
         f"CREATE TRIGGER IF NOT EXISTS lessons_fts_ai AFTER INSERT ON lessons BEGIN "
         f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.id, new.text); END"
@@ -60,6 +63,7 @@ def drop_fts() -> None:
         return
     for trigger in ("lessons_fts_ai", "lessons_fts_ad", "lessons_fts_au"):
         op.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    op.execute(f"DROP TABLE IF EXISTS {FTS_TABLE}_vocab")
     op.execute(f"DROP TABLE IF EXISTS {FTS_TABLE}")
 
 
