@@ -95,6 +95,16 @@ def _cli_prov(why: str = ""):
     return Provenance(origin={"by": "cli", **({"why": why} if why else {})})
 
 
+def _print_lessons(rows: list[Any], title: str) -> None:
+    """A table on a terminal; tab-separated lines (id, status, family, helpful, harmful, utility, text) when piped."""
+    if not sys.stdout.isatty():
+        for les in rows:
+            util = "" if les.utility is None else f"{les.utility:+.3f}"
+            print("\t".join([les.lesson_id, les.status, les.scope, str(les.helpful), str(les.harmful), util, les.text]))
+        return
+    Console().print(_lessons_table(rows, title))
+
+
 def _lessons_table(rows: list[Any], title: str) -> Table:
     t = Table(title=title)
     for col in ("id", "status", "family", "helpful", "harmful", "utility"):
@@ -129,7 +139,7 @@ def lessons_list(
     if json_out:
         print(json.dumps([les.as_dict() for les in rows]))
     else:
-        Console().print(_lessons_table(rows, f"{len(rows)} lesson(s)"))
+        _print_lessons(rows, f"{len(rows)} lesson(s)")
 
 
 @lessons_app.command("show")
@@ -154,9 +164,9 @@ def lessons_show(lesson_id: Annotated[str, typer.Argument(help="Lesson id, e.g. 
         print(json.dumps(out))
         return
     c = Console()
-    util = "not measured" if out["utility"] is None else (
-        f"{out['utility']:+.3f} on pass@1, 95% CI [{out['utility_ci95'][0]:+.3f}, {out['utility_ci95'][1]:+.3f}], n={out['utility_n']}"
-    )
+    util = "not measured" if out["utility"] is None else f"{out['utility']:+.3f} on pass@1"
+    if out["utility"] is not None and out["utility_ci95"]:
+        util += f", 95% CI [{out['utility_ci95'][0]:+.3f}, {out['utility_ci95'][1]:+.3f}], n={out['utility_n']}"
     c.print(f"[bold]{out['id']}[/bold]  {out['status']}  family {out['family']}")
     c.print(out["text"], markup=False)
     c.print(
@@ -210,7 +220,7 @@ def lessons_search(
     if json_out:
         print(json.dumps([{**les.as_dict(), "relevance": rel} for les, rel in hits]))
     else:
-        Console().print(_lessons_table([les for les, _ in hits], f"{len(hits)} match(es) for {text!r}"))
+        _print_lessons([les for les, _ in hits], f"{len(hits)} match(es) for {text!r}")
 
 
 # --------------------------------------------------------------------------- curate
@@ -340,7 +350,7 @@ def lessons_downvote(
 
 
 @lessons_app.command("export")
-def lessons_export(file: Annotated[Path, typer.Argument(help="Output JSONL file.")], db: DbOpt = "arena.db") -> None:
+def lessons_export(file: Annotated[str, typer.Argument(help="Output JSONL file; - for stdout.")], db: DbOpt = "arena.db") -> None:
     """Write every lesson with its counters and full history, one JSON object per line."""
 
     def go():
@@ -350,7 +360,7 @@ def lessons_export(file: Annotated[Path, typer.Argument(help="Output JSONL file.
             return export_lessons(store, file)
 
     n = _run(go)
-    print(f"exported {n} lesson(s) to {file}", file=sys.stderr)
+    print(f"exported {n} lesson(s) to {'stdout' if str(file) == '-' else file}", file=sys.stderr)
 
 
 @lessons_app.command("import")

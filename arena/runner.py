@@ -214,6 +214,8 @@ def run_session(
     )
     store.curation_policy = CurationPolicy(library_tokens=cfg.library_tokens)
     store.count_tokens = roles.solver.count_tokens
+    with store.curate() as c:  # the budget counts this session's solver tokens
+        c.recount_live()
     utility = UtilitySettings(
         every=cfg.utility_every,
         lessons=cfg.utility_lessons,

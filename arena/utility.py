@@ -29,7 +29,7 @@ from arena.extract import extract_answer
 from arena.stats import paired_difference_interval
 from arena.tasks import Task, score
 from lessons.curation import Provenance
-from lessons.ops import GLOBAL_SCOPE
+from lessons.ops import GLOBAL_SCOPE, normalise_scope
 from lessons.retrieval import rank_lessons
 from lessons.store import PASS_THRESHOLD, LessonInfo, LessonStore
 
@@ -148,7 +148,7 @@ def run_utility_check(
     families = sorted({t.family for t in train_tasks})
     results = []
     for les in choose_lessons(store, families, settings.lessons):
-        pool = [t for t in train_tasks if les.scope in (GLOBAL_SCOPE, t.family)]
+        pool = [t for t in train_tasks if les.scope in (GLOBAL_SCOPE, normalise_scope(t.family))]
         if not pool:
             continue
         tasks = rng.sample(pool, min(settings.tasks, len(pool)))

@@ -40,7 +40,7 @@ from lessons.db import (
     LessonUtilityRow,
     utcnow,
 )
-from lessons.ops import GLOBAL_SCOPE, clean_lesson_text, normalise_scope
+from lessons.ops import GLOBAL_SCOPE, check_scope, clean_lesson_text
 from lessons.similarity import similarity
 
 TokenCounter = Callable[[str], int]
@@ -148,6 +148,17 @@ class Curator:
             row.tokens = self.count_tokens(row.text)
         return row.tokens
 
+    def recount_live(self) -> int:
+        """Recount the live lessons' tokens with this curator's tokenizer; returns the new total.
+
+        Counts stored by another tokenizer (a CLI op with ``--solver openai:MODEL``, an older
+        run with another solver) are replaced, so the budget is in one solver's tokens.
+        """
+        for row in self.s.scalars(select(LessonRow).where(LessonRow.status.in_(LIVE_STATUSES))):
+            row.tokens = self.count_tokens(row.text)
+        self.s.flush()
+        return self.live_tokens()
+
     def live_tokens(self) -> int:
         """Tokens held by the live (candidate + active) lessons."""
         for row in self.s.scalars(select(LessonRow).where(LessonRow.status.in_(LIVE_STATUSES), LessonRow.tokens.is_(None))):
@@ -209,6 +220,8 @@ class Curator:
 
     def make_room(self, needed: int, prov: Provenance, spare: Sequence[int] = ()) -> None:
         """Evict stale candidates until ``needed`` more tokens fit; else raise CurationError."""
+        if needed <= 0:  # an op that shrinks the library is always allowed, even over budget
+            return
         budget = self.policy.library_tokens
         used = self.live_tokens()
         if used + needed <= budget:
@@ -242,6 +255,26 @@ class Curator:
             self._set_status(row, "retired", "RETIRE", prov, why)
             self.result.retired.append(row.lesson_id)
 
+    def nearest(self, text: str, scope: str, skip: Sequence[int] = ()) -> tuple[LessonRow | None, float]:
+        """The live lesson of ``scope`` (and global) most similar to ``text``, and the similarity."""
+        scopes = [scope] if scope == GLOBAL_SCOPE else [scope, GLOBAL_SCOPE]
+        best, best_sim = None, 0.0
+        q = select(LessonRow).where(LessonRow.status.in_(LIVE_STATUSES), LessonRow.scope.in_(scopes))
+        for row in self.s.scalars(q):
+            if row.id in skip:
+                continue
+            sim = similarity(text, row.text)
+            if sim > best_sim:
+                best, best_sim = row, sim
+        return best, best_sim
+
+    def _refuse_duplicate(self, text: str, scope: str, skip: Sequence[int], what: str) -> None:
+        row, sim = self.nearest(text, scope, skip)
+        if row is not None and sim >= self.policy.near_duplicate:
+            raise CurationError(
+                f"{what} would duplicate {row.lesson_id} (similarity {sim:.2f}); merge with it instead"
+            )
+
     # ------------------------------------------------------------------ ops
 
     def add(
@@ -272,15 +305,10 @@ class Curator:
         prov = prov or Provenance()
         try:
             text = clean_lesson_text(text)
+            scope = check_scope(scope)
         except ValueError as e:
             raise CurationError(str(e)) from None
-        scope = normalise_scope(scope)
-        scopes = [scope] if scope == GLOBAL_SCOPE else [scope, GLOBAL_SCOPE]
-        best, best_sim = None, 0.0
-        for row in self.s.scalars(select(LessonRow).where(LessonRow.status.in_(LIVE_STATUSES), LessonRow.scope.in_(scopes))):
-            sim = similarity(text, row.text)
-            if sim > best_sim:
-                best, best_sim = row, sim
+        best, best_sim = self.nearest(text, scope)
         if best is not None and best_sim >= self.policy.near_duplicate:
             self.vote(
                 best.lesson_id,
@@ -329,6 +357,7 @@ class Curator:
             raise CurationError(str(e)) from None
         if text == row.text:
             raise CurationError(f"lesson {lesson_id} already has this text")
+        self._refuse_duplicate(text, row.scope, [row.id], f"the new text of {lesson_id}")
         new_tokens = self.count_tokens(text)
         self.make_room(new_tokens - self.tokens_of(row), prov, spare=[row.id])
         before = row.text
@@ -363,6 +392,7 @@ class Curator:
             raise CurationError(str(e)) from None
         scopes = {r.scope for r in rows}
         scope = scopes.pop() if len(scopes) == 1 else GLOBAL_SCOPE
+        self._refuse_duplicate(text, scope, [r.id for r in rows], "the merged text")
         tokens = self.count_tokens(text)
         self.make_room(tokens - sum(self.tokens_of(r) for r in rows), prov, spare=[r.id for r in rows])
         merged = LessonRow(

@@ -10,6 +10,7 @@ delta updates and ExpeL's insight operations (ADD / EDIT / UPVOTE / DOWNVOTE), w
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -37,9 +38,32 @@ def clean_lesson_text(v: str) -> str:
     return v
 
 
+_SCOPE = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,79}")
+
+
+def check_scope(scope: str) -> str:
+    """:func:`normalise_scope`, then require a task family name (``chain_sum``) or ``global``.
+
+    Raises:
+        ValueError: not ``[a-z0-9][a-z0-9_.-]*`` of at most 80 characters (e.g.
+            ``chain_sum:min_terms=2``, which is a family *spec* of ``arena run``, not a name).
+    """
+    s = normalise_scope(scope)
+    if not _SCOPE.fullmatch(s):
+        hint = f"; use the family name {s.split(':')[0]!r} without overrides" if ":" in s else ""
+        raise ValueError(
+            f"family must be a task family name (letters, digits, _ . -; at most 80 characters) or 'global', got {scope!r}{hint}"
+        )
+    return s
+
+
 def normalise_scope(scope: str) -> str:
-    """Lower-case, trim; an empty scope or ``"all"``/``"any"`` means :data:`GLOBAL_SCOPE`."""
-    s = (scope or "").strip().lower()
+    """Lower-case, trim, spaces to ``_``; an empty scope or ``"all"``/``"any"`` means :data:`GLOBAL_SCOPE`.
+
+    Task families are normalised the same way when lessons are retrieved, so a JSONL family
+    ``"Word Problems"`` and its lessons' scope ``word_problems`` meet.
+    """
+    s = re.sub(r"\s+", "_", (scope or "").strip().lower())
     return GLOBAL_SCOPE if s in {"", "all", "any", "general", GLOBAL_SCOPE} else s
 
 

@@ -27,14 +27,16 @@ from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from lessons.ops import normalise_scope
 from lessons.similarity import STOP_WORDS, content_terms
 from lessons.store import LessonInfo, LessonStore
 
 ACTIVE_BONUS = 0.25  # an active lesson outranks an equally relevant candidate
 POOL = 32  # lessons taken from each of the two queries
 MAX_QUERY_TERMS = 48
+MAX_SEARCH_TERMS = 4  # in a large library, only the rarest query words are searched (see LessonStore.search_lessons)
 
-_WORD = re.compile(r"[a-z][a-z0-9_]*")
+_WORD = re.compile(r"[^\W\d_]\w*")  # a word starting with a letter, any script
 
 
 def query_terms(text: str) -> list[str]:
@@ -43,7 +45,7 @@ def query_terms(text: str) -> list[str]:
     Numbers are dropped (a lesson is general and never repeats a task's numbers); at most
     :data:`MAX_QUERY_TERMS` distinct words, in order of first appearance.
     """
-    words = [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOP_WORDS]
+    words = [w for w in _WORD.findall(text.lower()) if (len(w) > 1 or not w.isascii()) and w not in STOP_WORDS]
     return list(dict.fromkeys(words))[:MAX_QUERY_TERMS]
 
 
@@ -118,8 +120,9 @@ def rank_lessons(
     Returns:
         The ranked pool (at most ``2 * pool`` lessons).
     """
+    family = normalise_scope(family) if family is not None else None
     if store.has_fts():
-        hits = store.search_lessons(query_terms(task_text), family, limit=pool)
+        hits = store.search_lessons(query_terms(task_text), family, limit=pool, max_terms=MAX_SEARCH_TERMS)
         by_id: dict[str, tuple[LessonInfo, float]] = {les.lesson_id: (les, rel) for les, rel in hits}
         for les in store.top_lessons(family, pool):
             by_id.setdefault(les.lesson_id, (les, 0.0))

@@ -33,7 +33,7 @@ from alembic import command
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy import URL, Engine, create_engine, event, func, select, update
+from sqlalchemy import URL, Engine, create_engine, event, func, inspect, select, update
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
@@ -64,7 +64,7 @@ from lessons.db import (
     alembic_config,
     utcnow,
 )
-from lessons.ops import GLOBAL_SCOPE, Reflection
+from lessons.ops import GLOBAL_SCOPE, Reflection, normalise_scope
 
 _PORTER = snowballstemmer.stemmer("porter")  # the stemmer of FTS5's "porter" tokenizer (Porter 1980)
 
@@ -72,6 +72,8 @@ _PORTER = snowballstemmer.stemmer("porter")  # the stemmer of FTS5's "porter" to
 @lru_cache(maxsize=65536)
 def _porter_stem(word: str) -> str:
     return _PORTER.stemWord(word)
+
+PRUNE_ABOVE = 2000  # lessons (by row id) above which retrieval prunes query terms by IDF
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another's lock before failing
 PASS_THRESHOLD = 1.0 - 1e-9  # a rollout / task passes when its reward is at least this
@@ -539,6 +541,12 @@ class LessonStore:
         known = {rev.revision for rev in script.walk_revisions()}
         with self._engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_heads()
+            foreign = [] if current else [t for t in inspect(conn).get_table_names() if t != "alembic_version"]
+        if foreign:
+            raise StoreError(
+                f"{self._where()} is a database but not a Lesson Arena library (it has tables such as "
+                f"{foreign[0]!r} and no schema revision); pass another --db"
+            )
         self._check_revisions(current, known, head)
         if current == (head,):
             return
@@ -955,7 +963,7 @@ class LessonStore:
         """
         q = select(LessonRow).where(LessonRow.status.in_(LIVE_STATUSES))
         if family is not None:
-            q = q.where(LessonRow.scope.in_([family, GLOBAL_SCOPE]))
+            q = q.where(LessonRow.scope.in_([normalise_scope(family), GLOBAL_SCOPE]))
         q = q.order_by((LessonRow.status == "active").desc(), LessonRow.rank_score.desc(), LessonRow.created_at, LessonRow.id)
         with self._read() as s:
             return [_lesson_info(row) for row in s.scalars(q)]
@@ -1004,14 +1012,16 @@ class LessonStore:
         family: str | None = None,
         statuses: Sequence[str] | None = LIVE_STATUSES,
         limit: int = 32,
-        max_terms: int = 4,
+        max_terms: int | None = None,
     ) -> list[tuple[LessonInfo, float]]:
         """Full-text search: lessons matching any of ``terms``, best BM25 first (SQLite FTS5).
 
-        Only the ``max_terms`` most selective terms are searched: a term in more than half
-        of the lessons adds nothing (FTS5 clamps its IDF to ~0) and is dropped, and of the
-        rest the rarest are kept, so the cost follows the matches of rare words, not the
-        library size (IDF-ordered term pruning, as in MaxScore-style dynamic pruning).
+        With ``max_terms`` (retrieval for a prompt), a library of more than
+        :data:`PRUNE_ABOVE` lessons searches only its ``max_terms`` most selective terms: a
+        term in more than half of the lessons adds nothing (FTS5 clamps its IDF to ~0) and
+        is dropped, and of the rest the rarest are kept, so the cost follows the matches of
+        rare words, not the library size (IDF-ordered term pruning, as in MaxScore-style
+        dynamic pruning). Without it (``arena lessons search``) every term is searched.
 
         Args:
             terms: query words (each is quoted, so FTS5 syntax in them is inert; the index's
@@ -1019,15 +1029,19 @@ class LessonStore:
             family: only lessons of this family and global ones (None: every scope).
             statuses: only these statuses (None: every status).
             limit: at most this many results.
-            max_terms: at most this many query terms are searched.
+            max_terms: search at most this many terms in a large library (None: all).
 
         Returns:
             ``(lesson, relevance)`` pairs, relevance = −bm25 > 0, larger is better. Empty
             when no term is given or the database has no FTS index (see :meth:`has_fts`).
         """
-        terms = self._selective_terms([t for t in dict.fromkeys(terms) if t], max_terms)
-        if not terms:
+        terms = [t for t in dict.fromkeys(terms) if t]
+        if not terms or not self.has_fts():
             return []
+        if max_terms is not None:
+            terms = self._selective_terms(terms, max_terms)
+            if not terms:
+                return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         sql = (
             "SELECT l.id AS id, -bm25(lessons_fts) AS relevance FROM lessons_fts "
@@ -1036,7 +1050,7 @@ class LessonStore:
         params: dict[str, Any] = {"match": match, "limit": int(limit)}
         if family is not None:
             sql += " AND l.scope IN (:family, :global_scope)"
-            params.update(family=family, global_scope=GLOBAL_SCOPE)
+            params.update(family=normalise_scope(family), global_scope=GLOBAL_SCOPE)
         if statuses is not None:
             names = [f":st{i}" for i in range(len(statuses))]
             sql += f" AND l.status IN ({', '.join(names)})"
@@ -1055,6 +1069,8 @@ class LessonStore:
             return []
         with self._read() as s:
             top = s.scalar(select(func.max(LessonRow.id))) or 0
+            if top <= PRUNE_ABOVE:  # small library: every term, matching is cheap
+                return terms
             if self._df is None or self._df[0] != top:  # new lessons since: reload (edits may lag; harmless)
                 rows = s.execute(sql_text("SELECT term, doc FROM lessons_fts_vocab")).all()
                 self._df = (top, {t: int(d) for t, d in rows})
@@ -1078,7 +1094,7 @@ class LessonStore:
                 q = select(_LESSONS).where(t.status.in_(statuses)).order_by(t.rank_score.desc(), t.id).limit(limit)
                 return [_lesson_info(m) for m in s.execute(q).mappings()]
             rows: list[Any] = []
-            for scope in dict.fromkeys([family, GLOBAL_SCOPE]):
+            for scope in dict.fromkeys([normalise_scope(family), GLOBAL_SCOPE]):
                 q = (
                     select(_LESSONS)
                     .where(t.scope == scope, t.status.in_(statuses))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 
 def contains_token(text: str, token: str) -> bool:
@@ -14,14 +15,17 @@ def contains_token(text: str, token: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(token)}(?!\w|\.\d)", text) is not None
 
 
-# Chat-control tokens of any template (<|im_start|>, <|eot_id|>, <s>, [INST], <<SYS>>), our
-# section tags (<lessons>, </lessons>, with any spacing/case), and markdown role headers.
+# Chat-control tokens of any template (<|im_start|>, <|eot_id|>, <s>, [INST], <<SYS>>,
+# <start_of_turn>), our section tags (<lessons>, </lessons, with any spacing/case, closed or
+# not), and markdown role headers (### Instruction).
 _CONTROL = re.compile(
-    r"<\|[^|>]*\|>|</?\s*s\s*>|\[/?\s*INST\s*\]|<</?\s*SYS\s*>>|</?\s*/?\s*lessons?\s*/?\s*>|#{2,}\s*(?=\w)",
+    r"<\|[^|>]*\|>|</?\s*s\s*>|\[/?\s*INST\s*\]|<</?\s*SYS\s*>>"
+    r"|<\s*/?\s*(start_of_turn|end_of_turn|bos|eos|pad|system|user|assistant)\s*>"
+    r"|<\s*/?\s*/?\s*lessons?\b\s*/?\s*>?|#{2,}\s*(?=\w)",
     re.I,
 )
 # A role name followed by a colon or a line break, where a chat transcript would start a turn.
-_ROLE = re.compile(r"(?<![\w-])(system|user|assistant|developer|human|ai|tool)\s*(:|\n)", re.I)
+_ROLE = re.compile(r"(?<![\w-])(system|user|assistant|developer|human|ai|tool|model)\s*(:|\n)", re.I)
 
 
 def neutralise_lesson(text: str) -> str:
@@ -29,11 +33,14 @@ def neutralise_lesson(text: str) -> str:
 
     Lessons are data in the prompt. A lesson (written by a model, imported, or typed by a
     person) that tries to close its section (``</lessons>``), open a chat turn
-    (``<|im_start|>system``, ``[INST]``, ``<<SYS>>``, ``### Instruction``) or impersonate a
-    role (``System: ...``, ``Assistant:``) is neutralised: control tokens and section tags
-    are removed, ``Role:`` becomes ``role -``, and the text is one line (no turn can start
-    on a new line). Ordinary advice (``End with <answer></answer> tags``) is unchanged.
+    (``<|im_start|>system``, ``[INST]``, ``<<SYS>>``, ``<start_of_turn>``, ``### Instruction``)
+    or impersonate a role (``System: ...``, ``Assistant:``) is neutralised: invisible format
+    characters (zero-width spaces, bidi marks: Unicode category Cf) are dropped first so they
+    cannot split a tag, control tokens and section tags are removed, ``Role:`` becomes
+    ``role -``, and the text is one line (no turn can start on a new line). Ordinary advice
+    (``End with <answer></answer> tags``) is unchanged.
     """
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
     text = _CONTROL.sub(" ", text)
     text = _ROLE.sub(lambda m: f"{m.group(1).lower()} - ", text)
     return re.sub(r"\s+", " ", text).strip()

@@ -22,22 +22,26 @@ and episode key); otherwise the episode reference stays in the event's origin.
 from __future__ import annotations
 
 import json
+import math
 import os
+import stat
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy import select
 
 from lessons.curation import CurationError, Provenance
 from lessons.db import LESSON_OPS, LESSON_STATUSES, LIVE_STATUSES, EpisodeRow, LessonEventRow, LessonRow, SessionRow
-from lessons.ops import clean_lesson_text, normalise_scope
+from lessons.ops import check_scope, clean_lesson_text
 from lessons.store import LessonStore
 
 FORMAT = "lesson-arena/lesson"
 VERSION = 1
+MAX_COUNT = 2**31 - 1  # counters are 32-bit integers in the database
 
 
 class TransferError(ValueError):
@@ -80,13 +84,13 @@ class LessonLine(BaseModel):
     text: str
     family: str = "global"
     status: str = "active"
-    helpful: int = Field(default=0, ge=0)
-    harmful: int = Field(default=0, ge=0)
-    neutral: int = Field(default=0, ge=0)
-    times_in_context: int = Field(default=0, ge=0)
-    utility: float | None = None
+    helpful: int = Field(default=0, ge=0, le=MAX_COUNT)
+    harmful: int = Field(default=0, ge=0, le=MAX_COUNT)
+    neutral: int = Field(default=0, ge=0, le=MAX_COUNT)
+    times_in_context: int = Field(default=0, ge=0, le=MAX_COUNT)
+    utility: float | None = Field(default=None, ge=-1.0, le=1.0, allow_inf_nan=False)
     utility_ci95: tuple[float, float] | None = None
-    utility_n: int = Field(default=0, ge=0)
+    utility_n: int = Field(default=0, ge=0, le=MAX_COUNT)
     created_at: datetime
     history: list[EventLine] = Field(default_factory=list)
 
@@ -98,7 +102,20 @@ class LessonLine(BaseModel):
     @field_validator("family")
     @classmethod
     def _family(cls, v: str) -> str:
-        return normalise_scope(v)
+        return check_scope(v)
+
+    @field_validator("utility_ci95")
+    @classmethod
+    def _ci(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not (all(math.isfinite(x) and -1.0 <= x <= 1.0 for x in v) and v[0] <= v[1]):
+            raise ValueError("must be [lo, hi] with -1 <= lo <= hi <= 1")
+        return v
+
+    @model_validator(mode="after")
+    def _utility_with_ci(self) -> "LessonLine":
+        if (self.utility is None) != (self.utility_ci95 is None):
+            raise ValueError("utility and utility_ci95 go together (both or neither)")
+        return self
 
     @field_validator("status")
     @classmethod
@@ -174,20 +191,40 @@ def export_lines(store: LessonStore) -> Iterator[str]:
 
 
 def export_lessons(store: LessonStore, path: str | os.PathLike[str]) -> int:
-    """Write every lesson to ``path`` (JSONL, written to a temp file then renamed). Returns the count.
+    """Write every lesson to ``path`` (JSONL; ``-``: stdout). Returns the count.
+
+    A regular file is written to a temp file and renamed (never half-written); a device,
+    pipe or symlink is written through.
 
     Raises:
-        OSError: the file cannot be written.
+        TransferError: the file cannot be written.
     """
+    lines = list(export_lines(store))  # read everything first: a failed read writes nothing
+    text = "".join(line + "\n" for line in lines)
+    if os.fspath(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return len(lines)
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
-        for line in export_lines(store):
-            f.write(line + "\n")
-            n += 1
-    os.replace(tmp, path)
-    return n
+    if not path.name:
+        raise TransferError(f"not a file name: {os.fspath(path)!r}")
+    try:
+        st = os.stat(path) if path.exists() else None
+        if st is not None and (not stat.S_ISREG(st.st_mode) or path.is_symlink()):
+            with open(path, "w", encoding="utf-8") as f:  # a device, pipe or link: write through it
+                f.write(text)
+            return len(lines)
+        tmp = path.with_name(f".{path.name}.tmp")  # a regular file: replaced atomically, never half-written
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    except OSError as e:
+        raise TransferError(f"cannot write {os.fspath(path)}: {e.strerror or e}") from None
+    return len(lines)
 
 
 def read_lines(path: str | os.PathLike[str]) -> list[LessonLine]:

@@ -278,3 +278,46 @@ def test_a_failing_op_does_not_undo_the_others_of_the_episode(store: LessonStore
     assert res.upvoted == [a] and res.lessons_added == []
     assert len(res.rejected_ops) == 1 and "library over budget" in res.rejected_ops[0]
     assert store.get_lesson(a).helpful == 1
+
+
+def test_shrinking_edits_and_merges_are_allowed_over_budget(store: LessonStore) -> None:
+    a, b = add(store, DISTINCT_LESSONS[0]), add(store, DISTINCT_LESSONS[1])  # 15 tokens
+    store.curation_policy = CurationPolicy(library_tokens=5)  # the budget was lowered below what is stored
+    with store.curate() as c:
+        c.edit(a, "Carry tens digits.", "", CLI)  # 8 -> 3 words: allowed
+        c.merge([a, b], "Carry tens, keep signs.", "", CLI)  # 3 + 7 -> 4: allowed
+    assert store.library_tokens_used() == 4
+
+
+def test_edit_or_merge_into_a_duplicate_of_another_lesson_is_refused(store: LessonStore) -> None:
+    a, b, c_ = (add(store, t) for t in DISTINCT_LESSONS[:3])
+    with pytest.raises(CurationError, match=f"would duplicate {b}"), store.curate() as c:
+        c.edit(a, DISTINCT_LESSONS[1], "", CLI)
+    with pytest.raises(CurationError, match=f"would duplicate {c_}"), store.curate() as c:
+        c.merge([a, b], "Read the whole question before you start.", "", CLI)
+    assert [les.status for les in store.list_lessons()] == ["candidate"] * 3
+
+
+@pytest.mark.parametrize("family", ["chain_sum:min_terms=2", "../../etc", 'a"b;DROP', "x" * 81, "-lead"])
+def test_a_family_must_be_a_family_name(store: LessonStore, family: str) -> None:
+    with pytest.raises(CurationError, match="family must be a task family name"), store.curate() as c:
+        c.add(DISTINCT_LESSONS[0], family, "", CLI)
+    assert store.list_lessons() == []
+
+
+def test_family_names_are_normalised_the_same_for_lessons_and_tasks(store: LessonStore) -> None:
+    lid = add(store, DISTINCT_LESSONS[0], scope="Word Problems")
+    assert lid == "word_problems-00001"
+    assert [les.lesson_id for les in store.live_lessons("Word Problems")] == [lid]
+
+
+def test_a_foreign_sqlite_database_is_refused_not_modified(tmp_path: Path) -> None:
+    from lessons.store import StoreError
+
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (x TEXT)")
+    with pytest.raises(StoreError, match="not a Lesson Arena library"):
+        LessonStore(str(path))
+    with sqlite3.connect(path) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["notes"]

@@ -171,3 +171,35 @@ def test_import_over_the_budget_imports_nothing(history, tmp_path: Path) -> None
         import_lessons(dst, tmp_path / "lessons.jsonl")
     assert dst.list_lessons() == []
     dst.close()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('"utility": NaN, "utility_ci95": [0, 1]', "utility"),
+        ('"helpful": 1000000000000000000000000000000', "helpful"),
+        ('"utility": 0.3', "utility and utility_ci95 go together"),
+        ('"utility": 0.3, "utility_ci95": [0.5, 0.1]', "utility_ci95"),
+        ('"family": "chain_sum:min_terms=2"', "family"),
+    ],
+)
+def test_import_rejects_values_that_would_break_the_library(tmp_path: Path, extra: str, message: str) -> None:
+    path = tmp_path / "lessons.jsonl"
+    path.write_text('{"id": "chain_sum-00001", "text": "Keep the minus sign of negative terms.", '
+                    f'"created_at": "2026-01-01T00:00:00+00:00", {extra}}}\n')
+    dst = open_store(tmp_path / "dst.db")
+    with pytest.raises(TransferError, match=f"lessons.jsonl:1: .*{message}"):
+        import_lessons(dst, path)
+    assert dst.list_lessons() == []
+    dst.close()
+
+
+def test_export_writes_through_links_and_to_stdout(history, tmp_path: Path, capsys) -> None:
+    st, _ = history
+    target = tmp_path / "real.jsonl"
+    target.write_text("")
+    (tmp_path / "link.jsonl").symlink_to(target)
+    assert export_lessons(st, tmp_path / "link.jsonl") == 4
+    assert (tmp_path / "link.jsonl").is_symlink() and len(target.read_text().splitlines()) == 4
+    assert export_lessons(st, "-") == 4
+    assert len(capsys.readouterr().out.splitlines()) == 4
