@@ -264,3 +264,67 @@ class RubricReward:
             self.grade_one(task, rubric, c.text, c.finish_reason, None if seed is None else seed + 101 * i)
             for i, c in enumerate(completions)
         ]
+
+
+# =======================================================================================
+# session wiring
+
+
+def check_reward_tasks(reward: str, tasks: Sequence[Task]) -> None:
+    """Refuse tasks the reward cannot grade, before any work.
+
+    Raises:
+        arena.config.ConfigError: a rubric reward with a task that has no rubric, or the verifier
+            with a rubric task that has no verifiable ``answer``.
+    """
+    from arena.config import ConfigError
+
+    for t in tasks:
+        if reward != "verifier" and not t.metadata.get("rubric"):
+            raise ConfigError(
+                f"task {t.task_key} has no rubric; --reward {reward} needs rubric tasks "
+                "(a --tasks-file whose lines have a \"rubric\", or no --family/--tasks-file for the shipped set)"
+            )
+        if reward == "verifier" and not has_verifier(t):
+            raise ConfigError(
+                f"task {t.task_key} has a rubric but no verifiable \"answer\"; grade it with --reward rubric-explicit "
+                "(or rubric-implicit) and a judge (--critic local)"
+            )
+
+
+def make_reward(cfg: Any, critic: Policy | None, rubric_store: Any = None, session_id: int | None = None,
+                tasks: Sequence[Task] = ()) -> RewardStrategy:
+    """The session's reward strategy from its config (``cfg.reward``, ``cfg.judge_max_tokens``).
+
+    With a rubric reward and a ``rubric_store``, version 1 of every task's rubric is stored for
+    ``session_id`` (idempotent on resume) and the strategy grades against each task's newest
+    stored version, so online rubric updates take effect in the next episode.
+
+    Args:
+        cfg: the :class:`arena.config.SessionConfig`.
+        critic: the critic / judge policy (None only for the verifier).
+        rubric_store: a :class:`lessons.rubric_store.RubricStore`, or None (the task file's rubric is used).
+        session_id: the session whose rubric versions are used.
+        tasks: the session's tasks.
+
+    Raises:
+        arena.config.ConfigError: the tasks do not fit the reward (:func:`check_reward_tasks`).
+        ValueError: a rubric reward without a judge.
+    """
+    check_reward_tasks(cfg.reward, tasks)
+    if cfg.reward == "verifier":
+        return VerifierReward(critic)
+    if critic is None:
+        raise ValueError(f"--reward {cfg.reward} needs a judge; pass --critic local or --critic openai:MODEL")
+    rubric_for = None
+    if rubric_store is not None and session_id is not None:
+        rubric_store.ensure_task_rubrics(session_id, {t.task_key: t.metadata["rubric"] for t in tasks})
+
+        def rubric_for(sid: int, task: Task) -> RubricView | None:
+            info = rubric_store.current_rubric(sid, task.task_key)
+            if info is None:
+                return task_rubric(task)
+            crit = tuple(Criterion.model_validate(c.as_dict()) for c in info.criteria)
+            return RubricView(info.id, crit, tuple(c.id for c in info.criteria))
+
+    return RubricReward(cfg.reward.removeprefix("rubric-"), critic, rubric_for, max_tokens=cfg.judge_max_tokens)

@@ -71,6 +71,11 @@ SESSION_STRIDE = 1_000_000  # room for 5 occurrences of a family x 2 splits per 
 SEED_WRAP = 4_000  # session seeds are taken modulo this (4_000 x 1e6 < 2**32)
 RESERVED_OPTIONS = ("seed", "size")  # config fields the session sets, not the spec
 
+# The rubric tasks shipped with the package (open-ended questions a small model can attempt, each
+# with a RaR rubric; some also with a verifiable answer): `arena run --reward rubric-explicit` uses
+# them when no --family or --tasks-file is given.
+BUILTIN_RUBRIC_TASKS = Path(__file__).resolve().parent / "data" / "rubric_tasks.jsonl"
+
 
 class TaskError(ValueError):
     """A task source the user configured cannot be used.

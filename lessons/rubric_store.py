@@ -426,3 +426,20 @@ class RubricStore:
             q = q.where(EpisodeRow.session_id == session_id)
         with self._read() as s:
             return [(f, float(r), float(v)) for f, r, v in s.execute(q)]
+
+    def session_rollouts(self, session_id: int, episode_key: str | None = None) -> list[tuple[RolloutRow, str]]:
+        """``(rollout row, episode key)`` of a session's rollouts (or one episode's), detached, in order."""
+        q = (
+            select(RolloutRow, EpisodeRow.episode_key)
+            .join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
+            .where(EpisodeRow.session_id == session_id)
+            .order_by(EpisodeRow.id, RolloutRow.idx)
+        )
+        if episode_key is not None:
+            q = q.where(EpisodeRow.episode_key == episode_key)
+        with self._read() as s:
+            out = []
+            for row, key in s.execute(q):
+                s.expunge(row)
+                out.append((row, key))
+            return out
