@@ -11,7 +11,6 @@ rollouts that motivated them (:meth:`lessons.rubric_store.RubricStore.add_versio
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Sequence
@@ -42,7 +41,8 @@ ONLINE_PREFILL = '{"analysis": "'
 
 _STOP = frozenset(
     "a an the of to in on for and or with by is are be it its that this as at from response responses answer "
-    "criteria criterion essential important optional pitfall does do not".split()
+    "criteria criterion essential important optional pitfall does do not says say mentions mention names name "
+    "explains explain gives give states state uses use includes include".split()
 )
 
 
@@ -55,17 +55,20 @@ class Proposal(BaseModel):
 
 
 def _content_words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP}
+    """Lower-cased words minus stop words and rubric verbs, a plural "s" stripped ("colours" → "colour")."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words if w not in _STOP}
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
 
 
 def criterion_similarity(a: Criterion, b: Criterion) -> float:
-    """Similarity in [0, 1] of two criteria: the larger of the Jaccard overlap of their content words
-    (title and description without the category prefix) and difflib's ratio of their lower-cased titles."""
-    wa = _content_words(f"{a.title} {criterion_body(a.description)}")
-    wb = _content_words(f"{b.title} {criterion_body(b.description)}")
-    jaccard = len(wa & wb) / len(wa | wb) if wa | wb else 1.0
-    title = difflib.SequenceMatcher(None, a.title.lower(), b.title.lower()).ratio()
-    return max(jaccard, title)
+    """Similarity in [0, 1] of two criteria: the larger of the Jaccard overlaps of their content words
+    (:func:`_content_words`) over the titles alone and over title plus description (category prefix removed)."""
+    full = _jaccard(_content_words(f"{a.title} {criterion_body(a.description)}"), _content_words(f"{b.title} {criterion_body(b.description)}"))
+    return max(full, _jaccard(_content_words(a.title), _content_words(b.title)))
 
 
 def dedupe_criteria(
@@ -86,8 +89,9 @@ def dedupe_criteria(
     kept: list[Criterion] = []
     rejected: list[str] = []
     for c in proposed:
-        match = next(((o, criterion_similarity(c, o)) for o in [*existing, *kept] if criterion_similarity(c, o) >= threshold), None)
-        if match is not None:
+        scored = [(o, criterion_similarity(c, o)) for o in [*existing, *kept]]
+        match = max(scored, key=lambda x: x[1], default=None)
+        if match is not None and match[1] >= threshold:
             rejected.append(f"criterion {c.title!r} duplicates {match[0].title!r} (similarity {match[1]:.2f})")
         else:
             kept.append(c)
