@@ -19,9 +19,11 @@ Two aggregations (RaR §3):
   from 1 to 10, normalised to [0, 1] as (rating − 1) / 9.
 
 Judge replies are untrusted: :func:`judge_explicit` and :func:`judge_implicit` parse them
-with :func:`agents.parsing.parse_with_retry` (fences stripped, JSON extracted, a truncated
-object closed, yes/no strings accepted for booleans, one retry with the error shown) and
-return ``graded=False`` when the reply stays unusable, so a failed grading is never scored 0.
+with :func:`agents.parsing.parse_model` (fences stripped, JSON extracted, a truncated object
+closed), repair broken JSON (:func:`repair_explicit`, :func:`repair_implicit`), accept yes/no
+strings for booleans, reject replies that copy the worked example or the template, retry once
+with the error shown, and return ``graded=False`` when the reply stays unusable, so a failed
+grading is never scored 0.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agents.parsing import parse_with_retry
+from agents.parsing import ParseError, parse_model
 from agents.policy import Message, Policy
 
 Category = Literal["essential", "important", "optional", "pitfall"]
@@ -264,20 +266,38 @@ class ImplicitJudgement(BaseModel):
 
 # Must make the judge decide every criterion independently and answer with JSON only.
 EXPLICIT_SYSTEM = """You are a strict grader. You get a question, a student's response and a numbered list of criteria.
-For EACH criterion decide whether the response meets it. For a criterion marked Pitfall, "met": true means the response MAKES that mistake.
-Reply with ONE JSON object and nothing else:
-{"verdicts": [{"id": 1, "met": true, "reason": "<few words>"}, {"id": 2, "met": false, "reason": "<few words>"}]}"""
+For EACH criterion decide whether the response meets it ("yes" or "no"). For a criterion marked Pitfall, "met": "yes" means the response MAKES that mistake.
+Reply with ONE JSON object with one verdict per criterion, ids 1 to N, and nothing else:
+{"verdicts": [{"id": 1, "met": "yes", "reason": "few words"}, {"id": 2, "met": "no", "reason": "few words"}]}"""
 
 # Must make the judge weigh all criteria into one 1–10 rating and answer with JSON only.
 IMPLICIT_SYSTEM = """You are a strict grader. You get a question, a student's response and a list of weighted criteria.
-Weigh all criteria (Pitfall criteria are mistakes that lower the rating) and rate the response from 1 (fails) to 10 (meets every criterion).
+Weigh all criteria (Pitfall criteria are mistakes that lower the rating) and rate the response with ONE whole number from 1 (fails) to 10 (meets every criterion).
 Reply with ONE JSON object and nothing else:
-{"rating": <1-10>, "critique": "<one sentence: the main weakness>"}"""
+{"rating": 5, "critique": "one sentence: the main weakness"}"""
 
 JUDGE_RETRY = "Your reply could not be used: {error}. Reply again with ONLY the JSON object described above."
 
-EXPLICIT_PREFILL = '{"verdicts": [{"id": 1, "met": '
+EXPLICIT_PREFILL = '{"verdicts": [{"id": 1, "met": "'
 IMPLICIT_PREFILL = '{"rating": '
+
+# One worked example (a few-shot pair) so small judges follow the format; its criterion count (4)
+# differs from most rubrics so a copied reply fails the id check instead of passing silently.
+EXAMPLE_QUESTION = "Why do leaves change colour in autumn?"
+EXAMPLE_RESPONSE = "In autumn the green chlorophyll breaks down, so the yellow and orange pigments that were hidden become visible."
+EXAMPLE_CRITERIA = (
+    ("Chlorophyll breaks down", "Essential Criteria: Says that the green chlorophyll breaks down.", 5),
+    ("Other pigments show", "Important Criteria: Says that yellow or orange pigments become visible.", 3),
+    ("Shorter days", "Optional Criteria: Mentions shorter days or less sunlight as the trigger.", 1),
+    ("Frost paints leaves", "Pitfall Criteria: Claims that frost paints the leaves.", -2),
+)
+EXAMPLE_EXPLICIT = {"verdicts": [
+    {"id": 1, "met": "yes", "reason": "says chlorophyll breaks down"},
+    {"id": 2, "met": "yes", "reason": "yellow and orange pigments"},
+    {"id": 3, "met": "no", "reason": "no mention of days"},
+    {"id": 4, "met": "no", "reason": "no frost claim"},
+]}
+EXAMPLE_IMPLICIT = {"rating": 8, "critique": "It does not say what triggers the change."}
 
 RESPONSE_MAX_CHARS = 1500  # of the response shown to the judge
 REFERENCE_MAX_CHARS = 600
@@ -332,33 +352,100 @@ class JudgeResult:
     error: str | None = None
 
 
-def _ask(judge: Policy, base: list[Message], prefill: str, max_tokens: int, seed: int | None):
-    replies: list[str] = []
+def _example_criteria() -> list[Criterion]:
+    return [Criterion(title=t, description=d, weight=w) for t, d, w in EXAMPLE_CRITERIA]
+
+
+def _judge_messages(system: str, example_reply: dict | None, user: str, weights: bool) -> list[Message]:
+    if example_reply is None:
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    example = judge_user_message(EXAMPLE_QUESTION, EXAMPLE_RESPONSE, _example_criteria(), weights=weights)
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": example},
+        {"role": "assistant", "content": json.dumps(example_reply)},
+        {"role": "user", "content": user},
+    ]
+
+
+_VERDICT = re.compile(r'"id"\s*:\s*"?(\d+)"?\s*,\s*"met"\s*:\s*("[^"]*"|true|false|True|False|[01])', re.I)
+_RATING = re.compile(r'"rating"\s*:\s*"?(\d+(?:\.\d+)?)(?:\s*/\s*10)?"?\s*[,}]')
+
+
+def repair_explicit(text: str) -> dict | None:
+    """Recover ``{"verdicts": [...]}`` from a reply whose JSON is broken (e.g. ``}}}`` for ``}]}``).
+
+    Reads each ``"id": N, "met": X`` pair in order; None when there is none.
+    """
+    pairs = _VERDICT.findall(text)
+    if not pairs:
+        return None
+    return {"verdicts": [{"id": int(i), "met": m.strip('"')} for i, m in pairs]}
+
+
+def repair_implicit(text: str) -> dict | None:
+    """Recover ``{"rating": r}`` from a broken reply when a rating is followed by ``,`` or ``}``; else None."""
+    m = _RATING.search(text)
+    return {"rating": float(m.group(1))} if m else None
+
+
+def _judge_loop(
+    judge: Policy, messages: list[Message], prefill: str, schema: type[BaseModel], repair, check, max_tokens: int,
+    seed: int | None, retries: int,
+):
+    """Ask, parse (repairing broken JSON), check; retry with the error shown. Returns (value, raw, error)."""
     use_prefill = prefill if getattr(judge, "supports_prefill", False) else ""
-
-    def ask(error: str | None) -> str:
-        msgs = list(base)
-        if error is not None and replies:
-            msgs += [{"role": "assistant", "content": replies[-1]}, {"role": "user", "content": JUDGE_RETRY.format(error=error)}]
+    raw: list[str] = []
+    error: str | None = None
+    for attempt in range(1 + retries):
+        msgs = list(messages)
+        if error is not None and raw:
+            msgs += [{"role": "assistant", "content": raw[-1]}, {"role": "user", "content": JUDGE_RETRY.format(error=error)}]
         kwargs = {"prefill": use_prefill} if use_prefill else {}
-        attempt_seed = None if seed is None else seed + len(replies)
-        out = judge.sample(msgs, n=1, temperature=0.0 if not replies else 0.3, max_tokens=max_tokens, seed=attempt_seed, **kwargs)[0]
-        replies.append(use_prefill + out.text)
-        return replies[-1]
+        # the first attempt is greedy; a retry samples (a greedy retry tends to repeat the same reply)
+        out = judge.sample(msgs, n=1, temperature=0.0 if attempt == 0 else 0.7, max_tokens=max_tokens,
+                           seed=None if seed is None else seed + attempt, **kwargs)[0]
+        text = use_prefill + out.text
+        raw.append(text)
+        try:
+            value = parse_model(text, schema)
+        except ParseError as e:
+            fixed = repair(text)
+            if fixed is None:
+                error = str(e)
+                continue
+            try:
+                value = schema.model_validate(fixed)
+            except ValidationError:
+                error = str(e)
+                continue
+        problem = check(value)
+        if problem is None:
+            return value, raw, None
+        error = problem
+    return None, raw, error
 
-    return ask
+
+_COPIED = "the reply copies the worked example instead of judging this response"
 
 
-def _check_ids(j: ExplicitJudgement, n: int) -> tuple[list[bool], list[str]] | str:
-    """Verdicts in rubric order, or a one-line error naming missing / unknown ids."""
-    by_id: dict[int, CriterionVerdict] = {}
-    for v in j.verdicts:
-        if not 1 <= v.id <= n:
-            return f"criterion id {v.id} does not exist (ids are 1..{n})"
-        by_id.setdefault(v.id, v)  # a repeated id: the first verdict counts
-    missing = [i for i in range(1, n + 1) if i not in by_id]
+def _check_ids(j: ExplicitJudgement, n: int) -> str | None:
+    """None when the verdicts cover ids 1..n exactly, else a one-line error naming missing / unknown ids."""
+    example_reasons = [v["reason"] for v in EXAMPLE_EXPLICIT["verdicts"]]
+    if [v.reason for v in j.verdicts[: len(example_reasons)]] == example_reasons[: len(j.verdicts)]:
+        return _COPIED
+    ids = {v.id for v in j.verdicts}
+    missing = [i for i in range(1, n + 1) if i not in ids]
     if missing:
         return f"no verdict for criteria {missing}; give one entry for every id 1..{n}"
+    return None
+
+
+def _in_order(j: ExplicitJudgement, n: int) -> tuple[list[bool], list[str]]:
+    """Verdicts of ids 1..n in order; verdicts for ids outside 1..n (no such criterion) are dropped."""
+    by_id: dict[int, CriterionVerdict] = {}
+    for v in j.verdicts:
+        by_id.setdefault(v.id, v)  # a repeated id: the first verdict counts
     return [by_id[i].met for i in range(1, n + 1)], [" ".join(by_id[i].reason.split())[:160] for i in range(1, n + 1)]
 
 
@@ -374,6 +461,11 @@ def judge_explicit(
 ) -> JudgeResult:
     """Explicit RaR grading of one rollout: one judge call, a met/not-met verdict per criterion.
 
+    The chat is the system prompt, one worked example and this rollout; the local backend's
+    reply is started with ``{"verdicts": [{"id": 1, "met": `` (prefill). A reply that is not valid
+    JSON is repaired (:func:`repair_explicit`) before it counts as failed; a reply whose ids do
+    not cover 1..J is retried with the error shown.
+
     Args:
         judge: the judge's policy (local or OpenAI-compatible).
         question: the task text.
@@ -381,7 +473,7 @@ def judge_explicit(
         criteria: the rubric (J criteria).
         reference: optional reference answer, shown to the judge only.
         max_tokens: judge reply cap, tokens (≈ 20 per criterion).
-        seed: sampling seed of the first attempt (a retry uses seed + 1).
+        seed: sampling seed (attempt i uses seed + i).
         retries: extra attempts after the first when the reply is malformed or incomplete.
 
     Returns:
@@ -389,27 +481,14 @@ def judge_explicit(
         Never raises on bad model output.
     """
     n = len(criteria)
-    base = [
-        {"role": "system", "content": EXPLICIT_SYSTEM},
-        {"role": "user", "content": judge_user_message(question, response, criteria, reference)},
-    ]
-    ask = _ask(judge, base, EXPLICIT_PREFILL, max_tokens, seed)
-    raw: list[str] = []
-    error = None
-    for _ in range(1 + retries):
-        outcome = parse_with_retry(lambda e: ask(e if e is not None else error), ExplicitJudgement, retries=0)
-        raw += outcome.raw
-        if outcome.value is None:
-            error = outcome.error
-            continue
-        checked = _check_ids(outcome.value, n)
-        if isinstance(checked, str):
-            error = checked
-            continue
-        met, reasons = checked
-        reward = explicit_reward([c.weight for c in criteria], met)
-        return JudgeResult(True, reward, met=met, reasons=reasons, critique=explicit_critique(criteria, met), raw=raw)
-    return JudgeResult(False, None, critique=f"ungraded: judge reply unusable ({error})", raw=raw, error=error)
+    messages = _judge_messages(EXPLICIT_SYSTEM, EXAMPLE_EXPLICIT, judge_user_message(question, response, criteria, reference), False)
+    value, raw, error = _judge_loop(judge, messages, EXPLICIT_PREFILL, ExplicitJudgement, repair_explicit,
+                                    lambda j: _check_ids(j, n), max_tokens, seed, retries)
+    if value is None:
+        return JudgeResult(False, None, critique=f"ungraded: judge reply unusable ({error})", raw=raw, error=error)
+    met, reasons = _in_order(value, n)
+    reward = explicit_reward([c.weight for c in criteria], met)
+    return JudgeResult(True, reward, met=met, reasons=reasons, critique=explicit_critique(criteria, met), raw=raw)
 
 
 def explicit_critique(criteria: Sequence[Criterion], met: Sequence[bool]) -> str:
@@ -429,6 +508,14 @@ def failed_criteria(criteria: Sequence[Criterion], met: Sequence[bool]) -> list[
     return [c.title if c.weight > 0 else f"pitfall: {c.title}" for c, m in zip(criteria, met) if (c.weight > 0) != bool(m)]
 
 
+def _check_implicit(j: ImplicitJudgement) -> str | None:
+    """A critique that echoes the reply template (or the example) means the judge did not judge."""
+    low = j.critique.lower()
+    if j.critique == EXAMPLE_IMPLICIT["critique"] or "one sentence" in low or "main weakness" in low:
+        return "the reply echoes the template instead of judging this response"
+    return None
+
+
 def judge_implicit(
     judge: Policy,
     question: str,
@@ -441,23 +528,20 @@ def judge_implicit(
 ) -> JudgeResult:
     """Implicit RaR grading of one rollout: the judge sees every weighted criterion and rates 1–10.
 
-    Args: as :func:`judge_explicit`.
+    Args: as :func:`judge_explicit` (prefill ``{"rating": ``; repair :func:`repair_implicit`).
 
     Returns:
         A :class:`JudgeResult` with ``rating`` and ``reward = (rating − 1) / 9``; ``graded=False``
         when every attempt failed. Never raises on bad model output.
     """
-    base = [
-        {"role": "system", "content": IMPLICIT_SYSTEM},
-        {"role": "user", "content": judge_user_message(question, response, criteria, reference, weights=True)},
-    ]
-    ask = _ask(judge, base, IMPLICIT_PREFILL, max_tokens, seed)
-    outcome = parse_with_retry(ask, ImplicitJudgement, retries=retries)
-    if outcome.value is None:
-        return JudgeResult(False, None, critique=f"ungraded: judge reply unusable ({outcome.error})", raw=outcome.raw, error=outcome.error)
-    j = outcome.value
-    critique = " ".join(j.critique.split())[:200] or f"rated {j.rating:g}/10"
-    return JudgeResult(True, implicit_reward(j.rating), rating=j.rating, critique=critique, raw=outcome.raw)
+    messages = _judge_messages(IMPLICIT_SYSTEM, None, judge_user_message(question, response, criteria, reference, weights=True), True)
+    value, raw, error = _judge_loop(judge, messages, IMPLICIT_PREFILL, ImplicitJudgement, repair_implicit,
+                                    _check_implicit,
+                                    max_tokens, seed, retries)
+    if value is None:
+        return JudgeResult(False, None, critique=f"ungraded: judge reply unusable ({error})", raw=raw, error=error)
+    critique = " ".join(value.critique.split())[:200] or f"rated {value.rating:g}/10"
+    return JudgeResult(True, implicit_reward(value.rating), rating=value.rating, critique=critique, raw=raw)
 
 
 def rubric_to_json(criteria: Sequence[Criterion]) -> list[dict]:

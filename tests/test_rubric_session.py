@@ -50,7 +50,7 @@ def solver(messages, i):
 
 def judge(messages, i):
     """Explicit verdicts from the response: GOOD and BARE meet every positive criterion, BAD none; GARBLE is unparseable."""
-    prompt = messages[1]["content"]
+    prompt = next(m["content"] for m in reversed(messages) if "Student response:" in m["content"])
     response = prompt.split("Student response:\n", 1)[1].rsplit("\nWrite the JSON object now.", 1)[0]
     n = len(re.findall(r"^\d+\. ", prompt.split("Student response:")[0], re.M))
     if GARBLE in response:

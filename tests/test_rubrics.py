@@ -173,8 +173,9 @@ def test_judge_explicit_parses_fenced_json_and_repairs_booleans():
     assert res.reward == pytest.approx((5 + 1) / 9)
     assert res.reasons[0] == "says scattered"
     assert "missed: Blue scatters more" in res.critique
-    prompt = judge.calls[0][0][1]["content"]
+    prompt = judge.calls[0][0][-1]["content"]
     assert "1. Mentions scattering: Essential Criteria:" in prompt and "4. Ocean reflection" in prompt
+    assert judge.calls[0][0][2]["role"] == "assistant"  # the worked example
 
 
 def test_judge_explicit_retries_with_the_error_then_succeeds():
@@ -191,8 +192,27 @@ def test_judge_explicit_marks_ungraded_after_failed_retry():
     judge = scripted("I think it is good.", '{"verdicts": [{"id": 9, "met": true}]}')
     res = judge_explicit(judge, "q", "r", RUBRIC)
     assert not res.graded and res.reward is None and res.met is None
-    assert "id 9 does not exist" in res.error
+    assert "no verdict for criteria [1, 2, 3, 4]" in res.error  # id 9 names no criterion and is dropped
     assert res.critique.startswith("ungraded")
+
+
+def test_judge_explicit_repairs_broken_json_and_drops_unknown_ids():
+    # the 135M judge's typical reply: "}}}" for "}]}" and a fifth verdict copied from the 4-criterion example
+    text = ('{"verdicts": [{"id": 1, "met": "yes", "reason": "a"}, {"id": 2, "met": "no", "reason": "b"}, '
+            '{"id": 3, "met": "yes"}, {"id": 4, "met": "no"}, {"id": 5, "met": "yes"}}}')
+    res = judge_explicit(scripted(text), "q", "r", RUBRIC)
+    assert res.graded and res.met == [True, False, True, False] and len(res.raw) == 1
+    assert res.reward == pytest.approx((5 + 1) / 9)
+
+
+def test_judge_rejects_copies_of_the_example_and_template():
+    from agents.rubric import EXAMPLE_EXPLICIT
+
+    res = judge_explicit(scripted(json.dumps(EXAMPLE_EXPLICIT), json.dumps(EXAMPLE_EXPLICIT)), "q", "r", RUBRIC)
+    assert not res.graded and "copies the worked example" in res.error
+    echo = '{"rating": 5, "critique": "one sentence: the main weakness"}'
+    res = judge_implicit(scripted(echo, echo), "q", "r", RUBRIC)
+    assert not res.graded and "echoes the template" in res.error
 
 
 def test_judge_implicit_rating_and_ungraded():
@@ -202,7 +222,7 @@ def test_judge_implicit_rating_and_ungraded():
     judge = scripted('{"rating": 42}', '{"rating": 0}')
     res = judge_implicit(judge, "q", "r", RUBRIC)
     assert not res.graded and res.reward is None
-    assert "(weight -2)" in judge.calls[0][0][1]["content"]
+    assert "(weight -2)" in judge.calls[0][0][-1]["content"]
 
 
 # --------------------------------------------------------------------------- hack flags
