@@ -231,6 +231,7 @@ def run_session(
     )
     graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer, reward=reward, rubric_store=rubric_store)
     online_due: list[str] = []  # episode keys since the last online-rubric update
+    online_log: list[Any] = []  # OnlineUpdate per task per update, for the summary
     progress = (
         Progress(
             TextColumn("[bold]{task.description}"),
@@ -295,7 +296,7 @@ def run_session(
                         on_episode(final)
                     online_due.append(key)
                     if cfg.online_rubrics and len(online_due) >= cfg.online_rubrics:
-                        _online_rubrics_update(cfg, rubric_store, session_id, roles, task_by_key, online_due)
+                        online_log += _online_rubrics_update(cfg, rubric_store, session_id, roles, task_by_key, online_due)
                         online_due = []
                 if progress:
                     mean = sum(rewards_so_far) / len(rewards_so_far) if rewards_so_far else float("nan")
@@ -315,6 +316,13 @@ def run_session(
             own_conn.close()
 
     summary = build_summary(store, session_id, session_name, cfg)
+    if cfg.online_rubrics:
+        summary["online_rubric_updates"] = {
+            "tasks": len(online_log),
+            "versions_added": sum(u.version is not None for u in online_log),
+            "criteria_rejected": sum(len(u.rejected) for u in online_log),
+            "failed": [f"{u.task_key}: {u.error}" for u in online_log if u.error][:10],
+        }
     summary["wall_time_s"] = round(time.perf_counter() - t_start, 1)
     store.set_session_status(session_id, "finished", summary)
     return summary
@@ -382,13 +390,13 @@ def rubric_summary(rubric_store: RubricStore, session_id: int, evals: dict[str, 
 def _online_rubrics_update(
     cfg: SessionConfig, rubric_store: RubricStore, session_id: int, roles: Roles, task_by_key: dict[str, Task],
     episode_keys: list[str],
-) -> None:
+) -> list[Any]:
     """One OnlineRubrics update over the train tasks of ``episode_keys`` (reference: the solver without lessons)."""
     from arena.online_rubrics import update_rubrics
 
     keys = list(dict.fromkeys(k.split("-", 1)[1] for k in episode_keys))  # "r001-<task_key>" -> task_key
     tasks = [task_by_key[k] for k in keys if k in task_by_key and task_by_key[k].split == "train"]
-    update_rubrics(
+    return update_rubrics(
         rubric_store, session_id, tasks, episode_keys, roles.teacher, roles.solver,
         n_reference=min(4, cfg.rollouts), temperature=cfg.temperature, max_tokens=cfg.max_tokens,
         teacher_max_tokens=cfg.teacher_max_tokens, seed=episode_seed(cfg.seed, episode_keys[-1]),

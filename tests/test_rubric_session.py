@@ -156,7 +156,11 @@ def test_include_flagged_lets_flagged_rollouts_reach_reflection(setup):
 def test_online_rubrics_add_a_version_with_lineage(setup):
     store, splits, cfg = setup
     r = roles()
-    run_session(cfg(online_rubrics=2), store, r, splits, "s3", checkpointer=InMemorySaver())
+    summary = run_session(cfg(online_rubrics=2), store, r, splits, "s3", checkpointer=InMemorySaver())
+    # 2 updates x 2 train tasks; the first adds a version per task (1 duplicate dropped each), the second
+    # proposes the same 2 criteria again, now both duplicates
+    assert summary["online_rubric_updates"] == {"tasks": 4, "versions_added": 2, "criteria_rejected": 6,
+                                                "failed": []}
     rs = RubricStore(store)
     sid = store.get_session("s3").id
     task_key = splits.train[0].task_key

@@ -319,3 +319,18 @@ def test_ece_errors():
         expected_calibration_error([0.5], [True, False])
     with pytest.raises(ValueError):
         expected_calibration_error([1.5], [True])
+
+
+@pytest.mark.slow
+def test_real_judge_returns_a_consistent_grade_or_ungraded(local_policy):
+    """The embedded 135M model as explicit judge: its verdicts aggregate exactly, or the rollout is ungraded."""
+    train, _ = load_tasks_file(BUILTIN_RUBRIC_TASKS, 100, 1, 0)
+    task = next(t for t in train if t.question.startswith("Why is the sky blue"))
+    criteria = [Criterion.model_validate(c) for c in task.metadata["rubric"]]
+    res = judge_explicit(local_policy, task.question, task.metadata["reference"], criteria, seed=0)
+    assert res.raw and all(r.startswith('{"verdicts": [{"id": 1, "met": "') for r in res.raw)  # prefill honoured
+    if res.graded:
+        assert len(res.met) == len(criteria)
+        assert res.reward == pytest.approx(explicit_reward([c.weight for c in criteria], res.met))
+    else:
+        assert res.reward is None and res.error
