@@ -74,6 +74,7 @@ class RolloutView:
     reward: float
     critique: str
     guided: bool = False  # sampled with the hint in context
+    failed_criteria: list[str] | None = None  # rubric rewards: titles of the criteria it failed (RaR verdicts)
 
 
 @dataclass
@@ -107,7 +108,10 @@ def reflect_messages(
     lines = [f"Task family: {family}", f"Task: {_clip(question, 600)}", "Attempts:"]
 
     def attempt(i: int, r: RolloutView) -> str:
-        return f"{i}. reward {r.reward:g} | {json.dumps(_clip(r.completion, 300))} | critique: {r.critique}"
+        line = f"{i}. reward {r.reward:g} | {json.dumps(_clip(r.completion, 300))} | critique: {r.critique}"
+        if r.failed_criteria is not None:
+            line += f" | failed criteria: {'; '.join(r.failed_criteria) if r.failed_criteria else 'none'}"
+        return line
 
     unguided = [r for r in rollouts if not r.guided]
     guided = [r for r in rollouts if r.guided]

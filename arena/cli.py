@@ -64,7 +64,9 @@ def run(
     session: Annotated[Optional[str], typer.Option(help="Name of the new session (default run-YYYYMMDD-HHMMSS).")] = None,
     resume: Annotated[Optional[str], typer.Option(help="Continue an interrupted session by name (its stored settings are used).")] = None,
     solver: Annotated[str, typer.Option(help="Solver model: local or openai:MODEL.")] = "local",
-    critic: Annotated[str, typer.Option(help="Critic: verifier (no model), local or openai:MODEL.")] = "verifier",
+    critic: Annotated[
+        Optional[str], typer.Option(help="Critic: verifier (no model), local or openai:MODEL; the judge of rubric rewards. Default: verifier, or local with a rubric reward.")
+    ] = None,
     teacher: Annotated[str, typer.Option(help="Teacher model: local or openai:MODEL.")] = "local",
     lesson_tokens: Annotated[int, typer.Option(help="Token budget of the lessons in the solver prompt.")] = 512,
     library_tokens: Annotated[int, typer.Option(help="Token budget of all live lessons; an op past it is rejected.")] = 4096,
@@ -72,11 +74,16 @@ def run(
     utility_lessons: Annotated[int, typer.Option(help="Lessons measured per utility check.")] = 4,
     utility_tasks: Annotated[int, typer.Option(help="Train tasks per lesson in a utility A/B.")] = 4,
     utility_samples: Annotated[int, typer.Option(help="Samples per task and arm in a utility A/B.")] = 4,
-    success_threshold: Annotated[float, typer.Option(help="Reward at which a rollout succeeds; a group with none gets a hint.")] = 1.0,
+    success_threshold: Annotated[
+        Optional[float], typer.Option(help="Reward at which a rollout succeeds; a group with none gets a hint. Default: 1.0, or 0.8 with a rubric reward.")
+    ] = None,
     hint_mode: Annotated[
         Optional[list[str]],
         typer.Option("--hint-mode", help="Hints for all-fail groups: plan, feedback, answer (repeatable or comma-separated), or none. Default: feedback,answer."),
     ] = None,
+    reward: Annotated[str, typer.Option(help="Reward: verifier, rubric-explicit or rubric-implicit (RaR; judged by --critic).")] = "verifier",
+    online_rubrics: Annotated[int, typer.Option(help="Every N episodes, add rubric criteria that separate current from reference rollouts (0: off).")] = 0,
+    include_flagged: Annotated[bool, typer.Option("--include-flagged", help="Let reward-hack-flagged rollouts reach reflection.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -103,13 +110,22 @@ def run(
             cfg = SessionConfig.model_validate({**info.config, "db": db})
             name = resume
         else:
+            rubric = reward != "verifier"
+            if rubric and not family and tasks_file is None:
+                from arena.tasks import BUILTIN_RUBRIC_TASKS
+
+                tasks_file = BUILTIN_RUBRIC_TASKS  # the shipped rubric tasks: runs offline
             families = list(family) if family else ([] if tasks_file else [DEFAULT_FAMILY])
+            critic = critic or ("local" if rubric else "verifier")
+            success_threshold = success_threshold if success_threshold is not None else (0.8 if rubric else 1.0)
             cfg = SessionConfig(
                 db=db, families=families, tasks_file=tasks_file, train_tasks=train_tasks, heldout_tasks=heldout_tasks,
                 rounds=rounds, rollouts=rollouts, temperature=temperature, max_tokens=max_tokens, seed=seed,
                 session=session, solver=solver, critic=critic, teacher=teacher, lesson_tokens=lesson_tokens,
                 library_tokens=library_tokens, utility_every=utility_every, utility_lessons=utility_lessons,
-                utility_tasks=utility_tasks, utility_samples=utility_samples, success_threshold=success_threshold,
+                utility_tasks=utility_tasks, utility_samples=utility_samples,
+                success_threshold=success_threshold, reward=reward, online_rubrics=online_rubrics,
+                include_flagged=include_flagged,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
         # Validate tasks, endpoints and prompt sizes before touching the database, so bad input writes nothing.
@@ -117,6 +133,9 @@ def run(
             splits = load_tasks(cfg.families, cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
         from arena.runner import check_prompt_lengths, make_roles, run_session
 
+        from arena.rewards import check_reward_tasks
+
+        check_reward_tasks(cfg.reward, [*splits.train, *splits.heldout])
         roles = make_roles(cfg)
         check_prompt_lengths(roles.solver, [*splits.train, *splits.heldout], cfg)
         if store is None:
@@ -170,6 +189,15 @@ def print_summary(summary: dict, console: Console) -> None:
     for r in summary.get("rounds", []):
         extra = ", ".join(f"{k} {v}" for k, v in r.items() if k.startswith("pass_at"))
         t.add_row(f"round {r['round']}", f"mean reward {r['mean_reward']}, {extra}")
+    if "graded_rollouts" in summary:  # rubric rewards
+        t.add_row("graded / ungraded rollouts", f"{summary['graded_rollouts']} / {summary['ungraded_rollouts']}")
+        flags = ", ".join(f"{k} {v}" for k, v in summary["hack_flags"].items()) or "none"
+        t.add_row("reward-hack flagged rollouts", f"{summary['flagged_rollouts']} ({flags})")
+        t.add_row("rubric versions added online", str(summary["rubric_versions_added"]))
+        for fam, c in summary["critic_calibration"].items():
+            t.add_row(f"critic vs verifier: {fam}", f"accuracy {c['accuracy']:.3f}, ECE {c['ece']:.3f}, n={c['n']}")
+        for name, m in summary["heldout_mean_reward"].items():
+            t.add_row(f"{name} mean reward", "-" if m is None else f"{m:.3f}")
     t.add_row("held-out pass@1 before", _fmt_eval(summary.get("heldout_before")))
     t.add_row("held-out pass@1 after", _fmt_eval(summary.get("heldout_after")))
     t.add_row("  … after, no lessons", _fmt_eval(summary.get("heldout_after_no_lessons")))
@@ -180,6 +208,110 @@ def print_summary(summary: dict, console: Console) -> None:
 from arena.lessons_cli import lessons_app  # noqa: E402 - after `app`, which lessons_cli does not need
 
 app.add_typer(lessons_app, name="lessons")
+
+
+critic_app = typer.Typer(help="Inspect the critic: rubric verdicts and calibration against verifiers.", no_args_is_help=True)
+app.add_typer(critic_app, name="critic")
+
+
+def _open_existing(db: str):
+    from lessons.store import LessonStore, StoreError
+
+    if "://" not in db and not Path(db).exists():
+        raise StoreError(f"no database at {db}; run `arena run --db {db}` first")
+    return LessonStore(db)
+
+
+@critic_app.command("calibrate")
+def critic_calibrate(
+    db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
+    session: Annotated[Optional[str], typer.Option(help="Only this session (default: every session).")] = None,
+    threshold: Annotated[float, typer.Option(help="The judge passes a rollout when its reward is at least this.")] = 0.5,
+    bins: Annotated[int, typer.Option(help="Bins of the expected calibration error.")] = 10,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Rubric judge vs verifier, per task family: accuracy and expected calibration error (ECE).
+
+    Uses every rubric-graded rollout whose task also has a verifier. Exit code 2 on bad input.
+    """
+    _quiet_libraries()
+    from arena.calibration import calibration_report
+    from lessons.rubric_store import RubricStore
+    from lessons.store import StoreError
+
+    try:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"--threshold must be in [0, 1], got {threshold}")
+        if bins < 1:
+            raise ValueError(f"--bins must be >= 1, got {bins}")
+        with _open_existing(db) as store:
+            sid = None
+            if session is not None:
+                info = store.get_session(session)
+                if info is None:
+                    raise StoreError(f"no session named {session!r} in {db}")
+                sid = info.id
+            report = calibration_report(RubricStore(store).calibration_pairs(sid), threshold, bins)
+    except (StoreError, ValueError) as e:
+        raise fail(str(e)) from None
+    if json_out:
+        print(json.dumps(report))
+        return
+    if not report:
+        Console().print("no rubric-graded rollouts on tasks with a verifier; run `arena run --reward rubric-explicit` on such tasks")
+        return
+    t = Table(title=f"critic calibration (judge passes at reward >= {threshold:g})")
+    for col in ("family", "n", "accuracy", "ECE", "judge pass rate", "verifier pass rate"):
+        t.add_column(col)
+    for fam, c in report.items():
+        t.add_row(fam, str(c["n"]), f"{c['accuracy']:.3f}", f"{c['ece']:.3f}", f"{c['judge_pass_rate']:.3f}", f"{c['verifier_pass_rate']:.3f}")
+    Console().print(t)
+
+
+@critic_app.command("verdicts")
+def critic_verdicts(
+    session: Annotated[str, typer.Option(help="The session.")],
+    db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
+    episode: Annotated[Optional[str], typer.Option(help="Only this episode key, e.g. r001-explain/train/00000.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object per rollout, as a JSON array.")] = False,
+) -> None:
+    """Each rubric-graded rollout with its reward, grading status, hack flags and per-criterion verdicts."""
+    _quiet_libraries()
+    from lessons.rubric_store import RubricStore
+    from lessons.store import StoreError
+
+    try:
+        with _open_existing(db) as store:
+            info = store.get_session(session)
+            if info is None:
+                raise StoreError(f"no session named {session!r} in {db}")
+            rs = RubricStore(store)
+            rows = rs.session_rollouts(info.id, episode)
+            if episode is not None and not rows:
+                raise StoreError(f"no episode {episode!r} in session {session!r}")
+            out = [
+                {"rollout_id": r.id, "episode": ek, "idx": r.idx, "guided": r.guided, "reward": r.reward,
+                 "grading_status": r.grading_status or "graded", "reward_kind": r.reward_kind,
+                 "judge_rating": r.judge_rating, "verifier_reward": r.verifier_reward, "hack_flags": r.hack_flags or [],
+                 "verdicts": [{"criterion": v.title, "weight": v.weight, "met": v.met, "reason": v.reason} for v in rs.verdicts(r.id)]}
+                for r, ek in rows
+            ]
+    except StoreError as e:
+        raise fail(str(e)) from None
+    if json_out:
+        print(json.dumps(out))
+        return
+    t = Table(title=f"rubric verdicts of session {session}")
+    for col in ("episode", "#", "reward", "status", "flags", "criteria (✓ met, ✗ not met; pitfalls: ✓ = mistake made)"):
+        t.add_column(col)
+    for r in out:
+        crit = "; ".join(f"{'✓' if v['met'] else '✗'} {v['criterion']} ({v['weight']:g})" for v in r["verdicts"])
+        if r["judge_rating"] is not None:
+            crit = f"rating {r['judge_rating']:g}/10"
+        reward_txt = "-" if r["reward"] is None else f"{r['reward']:.2f}"
+        t.add_row(r["episode"], str(r["idx"]) + ("g" if r["guided"] else ""), reward_txt, r["grading_status"],
+                  ", ".join(r["hack_flags"]), crit)
+    Console().print(t)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
 
 _ROLE = re.compile(r"^(local|openai:.+)$")
+REWARDS = ("verifier", "rubric-explicit", "rubric-implicit")
 
 
 class ConfigError(ValueError):
@@ -53,6 +54,10 @@ class SessionConfig(BaseModel):
     solver: str = "local"  # "local" or "openai:MODEL"
     critic: str = "verifier"  # "verifier" (no model), "local" or "openai:MODEL"
     teacher: str = "local"  # "local" or "openai:MODEL"
+    reward: str = "verifier"  # one of REWARDS: the task's verifier, or a rubric graded by the --critic judge (RaR)
+    judge_max_tokens: int = 256  # rubric judge reply cap, tokens
+    online_rubrics: int = 0  # every N episodes, add criteria that separate current from reference rollouts; 0: off
+    include_flagged: bool = False  # let reward-hack-flagged rollouts reach reflection (excluded by default)
 
     @field_validator("tasks_file")
     @classmethod
@@ -76,6 +81,13 @@ class SessionConfig(BaseModel):
     def _critic(cls, v: str) -> str:
         if v != "verifier" and not _ROLE.match(v):
             raise ValueError(f"must be 'verifier', 'local' or 'openai:MODEL', got {v!r}")
+        return v
+
+    @field_validator("reward")
+    @classmethod
+    def _reward(cls, v: str) -> str:
+        if v not in REWARDS:
+            raise ValueError(f"must be one of {', '.join(REWARDS)}, got {v!r}")
         return v
 
     @field_validator("hint_modes", mode="before")
@@ -115,6 +127,14 @@ class SessionConfig(BaseModel):
         for name in ("utility_lessons", "utility_tasks", "utility_samples"):
             if not 1 <= getattr(self, name) <= 256:
                 raise ValueError(f"--{name.replace('_', '-')} must be in [1, 256], got {getattr(self, name)}")
+        if self.reward != "verifier" and self.critic == "verifier":
+            raise ValueError(f"--reward {self.reward} needs a judge model; pass --critic local or --critic openai:MODEL")
+        if self.online_rubrics < 0:
+            raise ValueError(f"--online-rubrics must be >= 0 (episodes between rubric updates; 0: off), got {self.online_rubrics}")
+        if self.online_rubrics and self.reward == "verifier":
+            raise ValueError("--online-rubrics needs rubric rewards; pass --reward rubric-explicit or rubric-implicit")
+        if self.judge_max_tokens < 16:
+            raise ValueError(f"judge_max_tokens must be >= 16, got {self.judge_max_tokens}")
         if not self.families and self.tasks_file is None:
             raise ValueError("no tasks: pass --family NAME or --tasks-file F")
         return self

@@ -20,19 +20,20 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from types import SimpleNamespace
 from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from agents.critic import grade_group
 from agents.hints import FailedAttempt, write_hint
 from agents.policy import Completion, Policy
 from agents.solver import guided_messages, solver_messages
 from agents.teacher import LIBRARY_FULL_NOTE, RolloutView, reflect
-from arena.extract import extract_answer
-from arena.tasks import Task, score, verifier_feedback
+from arena.rewards import RewardStrategy, VerifierReward
+from arena.tasks import Task, has_verifier
 from lessons.ops import Reflection
 from lessons.retrieval import retrieve
+from lessons.rubric_store import RubricStore, eligible_for_training
 from lessons.store import EpisodeRecord, HintRecord, LessonStore, RolloutRecord
 
 LIBRARY_FULL_FRACTION = 0.8  # the teacher is asked to merge/retire once the library holds this share of its budget
@@ -60,6 +61,7 @@ class EpisodeSettings:
     success_threshold: float = 1.0  # a rollout succeeds when its reward >= this; a group whose best is below is all-fail
     hint_modes: tuple[str, ...] = ("feedback", "answer")  # hint parts for all-fail groups; () disables hints
     hint_max_tokens: int = 96  # cap on a teacher-written plan, tokens
+    include_flagged: bool = False  # show reward-hack-flagged rollouts to the teacher's reflection
 
 
 class EpisodeState(TypedDict, total=False):
@@ -78,7 +80,7 @@ class EpisodeState(TypedDict, total=False):
     # solve
     completions: list[dict[str, Any]]  # Completion fields + latency_s
     # grade
-    grades: list[dict[str, Any]]  # {"reward", "extracted_answer", "critique"}
+    grades: list[dict[str, Any]]  # {"reward", "extracted_answer", "critique"} + rubric keys (arena.rewards)
     # hint → solve_guided → grade_guided (all-fail train groups only)
     hint: dict[str, Any] | None  # {"mode", "text", "hint_id" (reused) or None, "rejected": [...]}
     guided_messages: list[dict[str, str]]
@@ -117,6 +119,8 @@ def build_episode_graph(
     tasks: Mapping[str, Task],
     settings: EpisodeSettings,
     checkpointer: Any = None,
+    reward: RewardStrategy | None = None,
+    rubric_store: RubricStore | None = None,
 ):
     """Compile the episode graph.
 
@@ -126,6 +130,10 @@ def build_episode_graph(
         tasks: task_key → :class:`Task` (the verifier and reference answer stay here, out of the state).
         settings: sampling settings.
         checkpointer: a LangGraph checkpointer (``SqliteSaver`` in the app, ``InMemorySaver`` in tests).
+        reward: the reward strategy of the grade nodes (:mod:`arena.rewards`); default the
+            verifier with ``roles.critic``'s critiques.
+        rubric_store: where ``curate`` stores rubric grading (verdicts, status, hack flags);
+            needed with a rubric reward.
 
     Returns:
         A compiled graph; invoke it with an :class:`EpisodeState` input and
@@ -145,24 +153,17 @@ def build_episode_graph(
         latency = (time.perf_counter() - t0) / max(1, len(outs))
         return [{**_completion_dict(c), "latency_s": latency} for c in outs]
 
-    def grade_completions(task: Task, completions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    strategy: RewardStrategy = reward if reward is not None else VerifierReward(roles.critic)
+
+    def grade_completions(state: EpisodeState, completions: list[dict[str, Any]], seed: int | None) -> list[dict[str, Any]]:
         comps = [Completion(**{k: v for k, v in c.items() if k != "latency_s"}) for c in completions]
-        grades = grade_group(
-            comps,
-            extract=extract_answer,
-            verify=lambda a: score(task, a),
-            feedback=lambda a: verifier_feedback(task, a),
-            question=task.question,
-            critic=roles.critic,
-            reference_answer=task.answer,
-        )
-        return [{"reward": g.reward, "extracted_answer": g.extracted_answer, "critique": g.critique} for g in grades]
+        return strategy.grade(tasks[state["task_key"]], comps, state["session_id"], seed)
 
     def solve(state: EpisodeState) -> dict:
         return {"completions": sample_group(state["messages"], state.get("seed"))}
 
     def grade(state: EpisodeState) -> dict:
-        return {"grades": grade_completions(tasks[state["task_key"]], state["completions"])}
+        return {"grades": grade_completions(state, state["completions"], state.get("seed"))}
 
     def route_after_grade(state: EpisodeState) -> str:
         """``hint`` for an all-fail group of a train task when hints are on, else ``reflect``.
@@ -171,8 +172,9 @@ def build_episode_graph(
         router refuses them anyway).
         """
         task = tasks[state["task_key"]]
-        best = max((g["reward"] for g in state["grades"]), default=0.0)
-        if settings.hint_modes and task.split == "train" and best < settings.success_threshold:
+        best = max((g["reward"] for g in state["grades"] if g["reward"] is not None), default=0.0)
+        hintable = has_verifier(task) or bool(task.answer)  # a rubric task needs a reference for hints
+        if settings.hint_modes and hintable and task.split == "train" and best < settings.success_threshold:
             return "hint"
         return "reflect"
 
@@ -204,17 +206,26 @@ def build_episode_graph(
         return {"guided_completions": sample_group(state["guided_messages"], None if seed is None else seed + 1)}
 
     def grade_guided(state: EpisodeState) -> dict:
-        return {"guided_grades": grade_completions(tasks[state["task_key"]], state["guided_completions"])}
+        seed = state.get("seed")
+        return {"guided_grades": grade_completions(state, state["guided_completions"], None if seed is None else seed + 1)}
+
+    def usable(g: dict[str, Any]) -> bool:
+        """Ungraded rollouts and (by default) reward-hack-flagged ones are not reflected on."""
+        return eligible_for_training(_grade_view(g), include_flagged=settings.include_flagged)
 
     def reflect_node(state: EpisodeState) -> dict:
         task = tasks[state["task_key"]]
         views = [
-            RolloutView(c["text"], g["reward"], g["critique"]) for c, g in zip(state["completions"], state["grades"])
+            RolloutView(c["text"], g["reward"], g["critique"], failed_criteria=g.get("failed_criteria"))
+            for c, g in zip(state["completions"], state["grades"]) if usable(g)
         ]
         views += [
-            RolloutView(c["text"], g["reward"], g["critique"], guided=True)
-            for c, g in zip(state.get("guided_completions") or [], state.get("guided_grades") or [])
+            RolloutView(c["text"], g["reward"], g["critique"], guided=True, failed_criteria=g.get("failed_criteria"))
+            for c, g in zip(state.get("guided_completions") or [], state.get("guided_grades") or []) if usable(g)
         ]
+        if not views:
+            return {"reflection": None, "reflection_raw": [], "rejected_ops": [],
+                    "reflection_error": "no graded, unflagged rollout to reflect on"}
         h = state.get("hint")
         used, budget = store.library_tokens_used(), store.curation_policy.library_tokens
         note = LIBRARY_FULL_NOTE.format(used=used, budget=budget) if used >= LIBRARY_FULL_FRACTION * budget else None
@@ -290,6 +301,9 @@ def build_episode_graph(
                 finished_at=datetime.now(timezone.utc),
             )
         )
+        if rubric_store is not None and strategy.kind != "verifier":  # idempotent: runs again on a resumed curate
+            all_grades = list(state["grades"]) + (list(state.get("guided_grades") or []) if h else [])
+            rubric_store.record_grading(state["session_id"], state["episode_key"], dict(enumerate(all_grades)))
         if result is None:  # already recorded (resumed after the write, before the checkpoint)
             return {"episode_id": None, "lessons_added": []}
         return {"episode_id": result.episode_id, "lessons_added": list(result.lessons_added)}
@@ -313,6 +327,15 @@ def build_episode_graph(
     g.add_edge("reflect", "curate")
     g.add_edge("curate", END)
     return g.compile(checkpointer=checkpointer)
+
+
+def _grade_view(g: dict[str, Any]) -> SimpleNamespace:
+    """A grade dict seen through the attributes :func:`lessons.rubric_store.eligible_for_training` reads."""
+    return SimpleNamespace(
+        reward=g.get("reward"),
+        grading_status="graded" if g.get("graded", True) else "ungraded",
+        hack_flags=list(g.get("hack_flags") or []),
+    )
 
 
 def _completion_dict(c: Completion) -> dict[str, Any]:

@@ -24,9 +24,11 @@ from arena.config import ConfigError, SessionConfig
 from arena.extract import extract_answer
 from arena.graph import EpisodeSettings, Roles, build_episode_graph, retrieve_for_task
 from arena.stats import mean_pass_at_k, wilson_interval
+from arena.rewards import RewardStrategy, RubricReward, make_reward
 from arena.tasks import Task, TaskSplits, score
 from arena.utility import UtilitySettings, maybe_check_utility
 from lessons.curation import CurationPolicy
+from lessons.rubric_store import RubricStore
 from lessons.store import LessonStore, StoreError
 
 EVAL_NAMES = ("heldout_before", "heldout_after", "heldout_after_no_lessons")
@@ -111,11 +113,17 @@ def evaluate_heldout(
     with_lessons: bool,
     lesson_tokens: int,
     max_tokens: int,
+    reward: RewardStrategy | None = None,
+    session_id: int = 0,
 ) -> tuple[list[float], dict[str, Any]]:
     """Greedy pass@1 on held-out tasks, with or without each task's retrieved lessons.
 
+    With a rubric ``reward`` each completion is judged against the task's current rubric
+    (RaR); rollouts the judge could not grade are left out of ``rewards`` and counted in
+    ``details["ungraded"]``, and ``details["mean_reward"]`` is the mean judged reward.
+
     Returns:
-        ``(rewards, details)``: one reward per task (input order) and per-task records
+        ``(rewards, details)``: one reward per (graded) task (input order) and per-task records
         (task key, extracted answer, reward, lesson ids in context) for the evaluations table.
     """
     chats, shown = [], []
@@ -126,11 +134,19 @@ def evaluate_heldout(
     outs = sample_many(solver, chats, temperature=0.0, max_tokens=max_tokens)
     rewards, rows = [], []
     for t, c, ids in zip(tasks, outs, shown):
-        ans = extract_answer(c.text)
-        r = score(t, ans)
-        rewards.append(r)
+        if isinstance(reward, RubricReward):
+            g = reward.grade(t, [c], session_id)[0]
+            ans, r = g["extracted_answer"], g["reward"]
+        else:
+            ans = extract_answer(c.text)
+            r = score(t, ans)
+        if r is not None:
+            rewards.append(r)
         rows.append({"task_key": t.task_key, "extracted_answer": ans, "reward": r, "lessons": ids})
-    return rewards, {"tasks": rows}
+    details: dict[str, Any] = {"tasks": rows}
+    if isinstance(reward, RubricReward):
+        details.update(ungraded=len(rows) - len(rewards), mean_reward=sum(rewards) / len(rewards) if rewards else None)
+    return rewards, details
 
 
 def _eval_summary(rewards: Sequence[float]) -> dict[str, Any]:
@@ -191,6 +207,8 @@ def run_session(
     else:
         session_id = store.create_session(session_name, cfg.model_dump(mode="json"), cfg.seed)
     store.upsert_tasks(session_id, [*splits.train, *splits.heldout])
+    rubric_store = RubricStore(store)
+    reward = make_reward(cfg, roles.critic, rubric_store, session_id, [*splits.train, *splits.heldout])
     # Checkpoint threads are bound to this session row (id and creation time), so a checkpoint
     # file left from a deleted database or another library is never resumed by mistake.
     created = store.get_session(session_name).created_at.isoformat()
@@ -211,6 +229,7 @@ def run_session(
         teacher_max_tokens=cfg.teacher_max_tokens,
         success_threshold=cfg.success_threshold,
         hint_modes=tuple(cfg.hint_modes),
+        include_flagged=cfg.include_flagged,
     )
     store.curation_policy = CurationPolicy(library_tokens=cfg.library_tokens)
     store.count_tokens = roles.solver.count_tokens
@@ -225,7 +244,9 @@ def run_session(
         temperature=cfg.temperature,
         max_tokens=cfg.max_tokens,
     )
-    graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer)
+    graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer, reward=reward, rubric_store=rubric_store)
+    online_due: list[str] = []  # episode keys since the last online-rubric update
+    online_log: list[Any] = []  # OnlineUpdate per task per update, for the summary
     progress = (
         Progress(
             TextColumn("[bold]{task.description}"),
@@ -249,7 +270,7 @@ def run_session(
                 return
             bar = progress.add_task(f"eval {name}", total=len(splits.heldout), status="") if progress else None
             rewards, details = evaluate_heldout(
-                store, roles.solver, splits.heldout, with_lessons, cfg.lesson_tokens, cfg.max_tokens
+                store, roles.solver, splits.heldout, with_lessons, cfg.lesson_tokens, cfg.max_tokens, reward, session_id
             )
             s = _eval_summary(rewards)
             store.record_evaluation(session_id, name, "heldout", with_lessons, rewards, tuple(s["ci95"]), details)
@@ -285,9 +306,13 @@ def run_session(
                             thread,
                         )
                     checkpointer.delete_thread(thread["configurable"]["thread_id"])
-                    rewards_so_far += [g["reward"] for g in final.get("grades", [])]
+                    rewards_so_far += [g["reward"] for g in final.get("grades", []) if g["reward"] is not None]
                     if on_episode:
                         on_episode(final)
+                    online_due.append(key)
+                    if cfg.online_rubrics and len(online_due) >= cfg.online_rubrics:
+                        online_log += _online_rubrics_update(cfg, rubric_store, session_id, roles, task_by_key, online_due)
+                        online_due = []
                 maybe_check_utility(store, roles.solver, session_id, splits.train, utility, cfg.seed)
                 if progress:
                     mean = sum(rewards_so_far) / len(rewards_so_far) if rewards_so_far else float("nan")
@@ -307,6 +332,13 @@ def run_session(
             own_conn.close()
 
     summary = build_summary(store, session_id, session_name, cfg)
+    if cfg.online_rubrics:
+        summary["online_rubric_updates"] = {
+            "tasks": len(online_log),
+            "versions_added": sum(u.version is not None for u in online_log),
+            "criteria_rejected": sum(len(u.rejected) for u in online_log),
+            "failed": [f"{u.task_key}: {u.error}" for u in online_log if u.error][:10],
+        }
     summary["wall_time_s"] = round(time.perf_counter() - t_start, 1)
     store.set_session_status(session_id, "finished", summary)
     return summary
@@ -351,7 +383,45 @@ def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: S
         )
     summary["rounds"] = rounds
     summary.update(hint_summary(store.group_outcomes(session_id), cfg.success_threshold))
+    if cfg.reward != "verifier":
+        summary.update(rubric_summary(RubricStore(store), session_id, evals))
     return summary
+
+
+def rubric_summary(rubric_store: RubricStore, session_id: int, evals: dict[str, Any]) -> dict[str, Any]:
+    """Rubric-reward figures of a session: grading counts, hack flags, critic calibration, held-out mean rewards.
+
+    Returns:
+        ``reward_kind``-independent keys: ``graded_rollouts``, ``ungraded_rollouts``, ``flagged_rollouts``,
+        ``hack_flags`` (flag → count), ``rubric_versions_added``, ``critic_calibration``
+        (:func:`arena.calibration.calibration_report` on tasks with a verifier; ``{}`` if none) and
+        ``heldout_mean_reward`` (evaluation name → mean judged reward).
+    """
+    from arena.calibration import calibration_report
+
+    out = rubric_store.grading_stats(session_id)
+    out["critic_calibration"] = calibration_report(rubric_store.calibration_pairs(session_id))
+    out["heldout_mean_reward"] = {
+        name: (round(e.details["mean_reward"], 4) if e.details.get("mean_reward") is not None else None)
+        for name, e in evals.items()
+    }
+    return out
+
+
+def _online_rubrics_update(
+    cfg: SessionConfig, rubric_store: RubricStore, session_id: int, roles: Roles, task_by_key: dict[str, Task],
+    episode_keys: list[str],
+) -> list[Any]:
+    """One OnlineRubrics update over the train tasks of ``episode_keys`` (reference: the solver without lessons)."""
+    from arena.online_rubrics import update_rubrics
+
+    keys = list(dict.fromkeys(k.split("-", 1)[1] for k in episode_keys))  # "r001-<task_key>" -> task_key
+    tasks = [task_by_key[k] for k in keys if k in task_by_key and task_by_key[k].split == "train"]
+    return update_rubrics(
+        rubric_store, session_id, tasks, episode_keys, roles.teacher, roles.solver,
+        n_reference=min(4, cfg.rollouts), temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+        teacher_max_tokens=cfg.teacher_max_tokens, seed=episode_seed(cfg.seed, episode_keys[-1]),
+    )
 
 
 def hint_summary(groups: Sequence[Any], threshold: float) -> dict[str, Any]:

@@ -8,7 +8,10 @@ A :class:`Task` is one prompt with a verifier. Two sources:
   :func:`make_family_tasks` draws disjoint train and held-out splits and :func:`score`
   calls the dataset's own ``score_answer``.
 - **JSONL**: one ``{"question", "answer"}`` object per line, scored by exact match after
-  normalisation or by numeric match (:func:`load_tasks_file`).
+  normalisation or by numeric match (:func:`load_tasks_file`). A line may instead (or also)
+  carry a RaR rubric, ``{"question", "rubric": [{"title", "description", "weight"}],
+  "reference"?}``, graded by a judge model (:mod:`arena.rewards`); its rubric, reference and
+  whether it has a verifier are kept in ``metadata``.
 
 The reference ``answer`` reaches the critic (and the teacher's hint step) only, never
 the solver. User errors raise :class:`TaskError` with a one-line message.
@@ -29,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from agents.rubric import Criterion, check_rubric
 from arena.extract import normalise_number, normalise_text
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,7 @@ __all__ = [
     "TaskError",
     "TaskSplits",
     "available_families",
+    "has_verifier",
     "load_tasks",
     "load_tasks_file",
     "make_family_tasks",
@@ -65,6 +70,11 @@ SEED_BLOCK = 100_000  # per-item generator seeds reserved for one split of one f
 SESSION_STRIDE = 1_000_000  # room for 5 occurrences of a family x 2 splits per session seed
 SEED_WRAP = 4_000  # session seeds are taken modulo this (4_000 x 1e6 < 2**32)
 RESERVED_OPTIONS = ("seed", "size")  # config fields the session sets, not the spec
+
+# The rubric tasks shipped with the package (open-ended questions a small model can attempt, each
+# with a RaR rubric; some also with a verifiable answer): `arena run --reward rubric-explicit` uses
+# them when no --family or --tasks-file is given.
+BUILTIN_RUBRIC_TASKS = Path(__file__).resolve().parent / "data" / "rubric_tasks.jsonl"
 
 
 class TaskError(ValueError):
@@ -506,8 +516,11 @@ def score(task: Task, extracted: str | None) -> float:
         The reward in [0, 1]; 0.0 for ``None`` or an empty answer.
 
     Raises:
-        TaskError: a reasoning-gym task whose family is not registered.
+        TaskError: a reasoning-gym task whose family is not registered, or a rubric task
+            without a verifiable ``answer``.
     """
+    if not has_verifier(task):
+        raise TaskError(f"task {task.task_key} has no verifier (its file line gives a rubric but no \"answer\"); grade it with --reward rubric-explicit")
     if extracted is None or not extracted.strip():
         return 0.0
     if task.source == "jsonl":
@@ -523,6 +536,11 @@ def score(task: Task, extracted: str | None) -> float:
         return _clamp(reward)
     except (TypeError, ValueError):
         return 0.0
+
+
+def has_verifier(task: Task) -> bool:
+    """Whether ``task`` has a verifiable reference answer (every task except rubric-only JSONL lines)."""
+    return bool(task.metadata.get("verifiable", True))
 
 
 def verifier_feedback(task: Task, extracted: str | None) -> str:
@@ -554,13 +572,27 @@ def verifier_feedback(task: Task, extracted: str | None) -> str:
 
 
 class TaskLine(BaseModel):
-    """One line of a JSONL task file. Unknown keys are kept in ``metadata``."""
+    """One line of a JSONL task file: a verifier task, a rubric task (RaR), or both. Unknown keys are kept in ``metadata``."""
 
     model_config = ConfigDict(extra="allow")
     question: str
-    answer: str
+    answer: str | None = None  # verifiable reference answer (exact / numeric match)
     family: str | None = None
     metadata: dict[str, Any] = {}
+    rubric: list[Criterion] | None = None  # RaR criteria: {"title", "description", "weight"}
+    reference: str | None = None  # free-text reference answer, shown to the rubric judge only
+    requires_work: bool = False  # a bare answer without reasoning counts as a reward-hack pattern
+
+    @field_validator("rubric")
+    @classmethod
+    def _rubric(cls, v: list[Criterion] | None) -> list[Criterion] | None:
+        return check_rubric(v) if v is not None else None
+
+    @model_validator(mode="after")
+    def _answer_or_rubric(self) -> "TaskLine":
+        if self.answer is None and self.rubric is None:
+            raise ValueError('a line needs an "answer" (verifier) or a "rubric" (judge), or both')
+        return self
 
     @field_validator("question", mode="before")
     @classmethod
@@ -657,7 +689,7 @@ def load_tasks_file(
     for lineno, row in rows:
         key = normalise_text(row.question)
         if key in unique:
-            if normalise_text(unique[key][1].answer) != normalise_text(row.answer):
+            if normalise_text(unique[key][1].answer or "") != normalise_text(row.answer or ""):
                 log.warning("%s:%d repeats the question of line %d with another answer; ignored", path, lineno, unique[key][0])
             continue
         unique[key] = (lineno, row)
@@ -686,13 +718,18 @@ def load_tasks_file(
             metadata = dict(row.metadata)
             metadata.update(row.model_extra or {})
             metadata.update(source_file=str(path), source_line=lineno)
+            if row.rubric is not None:
+                metadata.update(
+                    rubric=[c.model_dump() for c in row.rubric], reference=row.reference,
+                    verifiable=row.answer is not None, requires_work=row.requires_work,
+                )
             out[split].append(  # type: ignore[index]
                 Task(
                     task_key=f"{family}/{split}/{i:05d}",
                     family=family,
                     split=split,  # type: ignore[arg-type]
                     question=row.question,
-                    answer=row.answer,
+                    answer=row.answer if row.answer is not None else (row.reference or ""),
                     source="jsonl",
                     metadata=metadata,
                 )

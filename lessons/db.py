@@ -58,6 +58,8 @@ LESSON_OPS = ("ADD", "EDIT", "MERGE", "RETIRE", "UPVOTE", "DOWNVOTE", "TAG_NEUTR
 # Statuses whose lessons may be retrieved into a solver prompt and count against the library budget.
 LIVE_STATUSES = ("candidate", "active")
 HINT_MODES = ("plan", "feedback", "answer")
+GRADING_STATUSES = ("graded", "ungraded")  # rollouts.grading_status; NULL (older rows) means graded
+RUBRIC_SOURCES = ("task", "online")  # where a rubric version / criterion came from
 
 # Where the Alembic environment and revisions live (a package, shipped with the wheel).
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -211,7 +213,7 @@ class RolloutRow(Base):
     messages: Mapped[JSONList]  # [{"role": ..., "content": ...}, ...]
     completion: Mapped[LongText]
     extracted_answer: Mapped[str | None] = mapped_column(Text())
-    reward: Mapped[float] = mapped_column(Float)  # in [0, 1]
+    reward: Mapped[float | None] = mapped_column(Float)  # in [0, 1]; NULL when grading failed (ungraded)
     critique: Mapped[LongText]
     prompt_tokens: Mapped[int]
     completion_tokens: Mapped[int]
@@ -226,6 +228,13 @@ class RolloutRow(Base):
     # context the completion is later trained under).
     hint_id: Mapped[int | None] = mapped_column(ForeignKey("hints.id", ondelete="SET NULL"), index=True, nullable=True)
     unguided_messages: Mapped[list[Any] | None] = mapped_column(JSON())
+    # Rubric rewards (RaR, arXiv 2507.17746) and trust in the critic; see lessons/rubric_store.py.
+    grading_status: Mapped[str | None] = mapped_column(String(20))  # one of GRADING_STATUSES; NULL: graded (older rows)
+    reward_kind: Mapped[str | None] = mapped_column(String(30))  # "verifier", "rubric-explicit", "rubric-implicit"
+    rubric_id: Mapped[int | None] = mapped_column(ForeignKey("rubrics.id", ondelete="SET NULL"), index=True, nullable=True)
+    judge_rating: Mapped[float | None] = mapped_column(Float)  # implicit aggregation: the judge's 1-10 rating
+    verifier_reward: Mapped[float | None] = mapped_column(Float)  # tasks with a verifier and a rubric: the verifier's reward
+    hack_flags: Mapped[list[Any] | None] = mapped_column(JSON())  # reward-hack flags, e.g. ["verifier_disagrees"]; [] or NULL: none
 
     episode: Mapped[EpisodeRow] = relationship(back_populates="rollouts")
 
@@ -247,6 +256,62 @@ class HintRow(Base):
     times_used: Mapped[Counter]  # episodes whose guided group used this hint
     successes: Mapped[Counter]  # of those, episodes where at least one guided rollout succeeded
     created_at: Mapped[created_ts]
+
+
+class RubricRow(Base):
+    """One version of a task's rubric (RaR). Version 1 comes from the task file; later ones from
+    online rubrics (OnlineRubrics, arXiv 2510.07284), each with its parent, so history is kept."""
+
+    __tablename__ = "rubrics"
+    __table_args__ = (UniqueConstraint("task_id", "version"),)
+
+    id: Mapped[intpk]
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    version: Mapped[int]  # 1, 2, ... per task
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("rubrics.id", ondelete="SET NULL"), nullable=True)
+    source: Mapped[str] = mapped_column(String(20))  # one of RUBRIC_SOURCES
+    note: Mapped[str | None] = mapped_column(Text())  # why this version exists (e.g. the teacher's analysis)
+    created_at: Mapped[created_ts]
+
+    criteria: Mapped[list[RubricCriterionRow]] = relationship(
+        back_populates="rubric", order_by="RubricCriterionRow.position", passive_deletes=True
+    )
+
+
+class RubricCriterionRow(Base):
+    """One weighted criterion of one rubric version, with its lineage."""
+
+    __tablename__ = "rubric_criteria"
+
+    id: Mapped[intpk]
+    rubric_id: Mapped[int] = mapped_column(ForeignKey("rubrics.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int]  # 0-based order in the rubric (the judge numbers criteria from 1)
+    title: Mapped[str] = mapped_column(String(200))
+    description: Mapped[LongText]  # starts with its category, e.g. "Pitfall Criteria: ..."
+    weight: Mapped[float] = mapped_column(Float)  # 1..5, or -1..-5 for pitfalls
+    category: Mapped[str] = mapped_column(String(20))  # essential | important | optional | pitfall
+    source: Mapped[str] = mapped_column(String(20))  # one of RUBRIC_SOURCES: where the criterion was first written
+    # The same criterion in the parent version (criteria are copied into each new version).
+    inherited_from_id: Mapped[int | None] = mapped_column(
+        ForeignKey("rubric_criteria.id", ondelete="SET NULL"), nullable=True
+    )
+    motivating_rollout_ids: Mapped[JSONList]  # rollouts (rollouts.id) whose comparison motivated it; [] for task criteria
+    motivation: Mapped[dict[str, Any] | None]  # online: {"rationale", "reference_completions": [...], ...}
+
+    rubric: Mapped[RubricRow] = relationship(back_populates="criteria")
+
+
+class CriterionVerdictRow(Base):
+    """The judge's met / not-met decision on one criterion for one rollout (explicit aggregation)."""
+
+    __tablename__ = "criterion_verdicts"
+    __table_args__ = (UniqueConstraint("rollout_id", "criterion_id"),)
+
+    id: Mapped[intpk]
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id", ondelete="CASCADE"))
+    criterion_id: Mapped[int] = mapped_column(ForeignKey("rubric_criteria.id", ondelete="CASCADE"), index=True)
+    met: Mapped[bool]  # for a pitfall: the response makes the mistake
+    reason: Mapped[str] = mapped_column(Text(), default="")  # the judge's evidence
 
 
 class LessonRow(Base):

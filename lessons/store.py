@@ -108,7 +108,7 @@ class RolloutRecord:
     messages: list[dict[str, str]]  # the context, [{"role": ..., "content": ...}]
     completion: str
     extracted_answer: str | None
-    reward: float  # in [0, 1]
+    reward: float | None  # in [0, 1]; None: grading failed (ungraded, excluded from rewards and pass@k)
     critique: str
     prompt_tokens: int
     completion_tokens: int
@@ -782,7 +782,8 @@ class LessonStore:
         """
         now = utcnow()
         context_ids = list(dict.fromkeys(rec.lessons_in_context))
-        unguided = [r.reward for r in rec.rollouts if not r.guided] or [r.reward for r in rec.rollouts]
+        graded = [r for r in rec.rollouts if r.reward is not None]
+        unguided = [r.reward for r in graded if not r.guided] or [r.reward for r in graded]
         mean_reward = statistics.fmean(unguided) if unguided else 0.0
         reflection_json: dict[str, Any] | None = None
         if rec.reflection is not None or rec.reflection_raw or rec.reflection_error:
@@ -832,7 +833,7 @@ class LessonStore:
                     messages=[dict(m) for m in r.messages],
                     completion=r.completion,
                     extracted_answer=r.extracted_answer,
-                    reward=float(r.reward),
+                    reward=float(r.reward) if r.reward is not None else None,
                     critique=r.critique,
                     prompt_tokens=r.prompt_tokens,
                     completion_tokens=r.completion_tokens,
@@ -879,7 +880,7 @@ class LessonStore:
         """Create or reuse the episode's hint, link its guided rollouts, update its counters."""
         assert rec.hint is not None
         guided = [r for r in rollouts if r.guided]
-        success = any(r.reward >= 1.0 - 1e-9 for r in guided)
+        success = any(r.reward is not None and r.reward >= 1.0 - 1e-9 for r in guided)
         if rec.hint.hint_id is not None:
             hint = s.get(HintRow, rec.hint.hint_id)
             if hint is None or hint.task_id != task_id:
@@ -939,7 +940,7 @@ class LessonStore:
                 select(EpisodeRow.id, EpisodeRow.round, TaskRow.task_key, RolloutRow.guided, RolloutRow.reward)
                 .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
                 .join(RolloutRow, RolloutRow.episode_id == EpisodeRow.id)
-                .where(EpisodeRow.session_id == session_id)
+                .where(EpisodeRow.session_id == session_id, RolloutRow.reward.is_not(None))
                 .order_by(EpisodeRow.id, RolloutRow.id)
             ).all()
         groups: dict[int, GroupOutcome] = {}
@@ -1314,7 +1315,7 @@ class LessonStore:
         q = (
             select(EpisodeRow.round, EpisodeRow.id, RolloutRow.reward)
             .join(RolloutRow, RolloutRow.episode_id == EpisodeRow.id)
-            .where(EpisodeRow.session_id == session_id, ~RolloutRow.guided)
+            .where(EpisodeRow.session_id == session_id, ~RolloutRow.guided, RolloutRow.reward.is_not(None))
             .order_by(EpisodeRow.round, EpisodeRow.id, RolloutRow.idx, RolloutRow.id)
         )
         groups: dict[int, dict[int, list[float]]] = {}

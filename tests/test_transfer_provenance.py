@@ -11,7 +11,7 @@ import pytest
 from lesson_texts import DISTINCT_LESSONS
 
 from lessons.curation import Provenance
-from lessons.ops import AddOp, EditOp, MergeOp, Reflection
+from lessons.ops import AddOp, EditOp, Reflection
 from lessons.provenance import build_graph, lineage, subgraph_for, to_dot, write_graph
 from lessons.store import EpisodeRecord, LessonStore, RolloutRecord
 from lessons.transfer import TransferError, export_lessons, import_lessons
