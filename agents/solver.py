@@ -75,6 +75,23 @@ def solver_messages(question: str, lessons_section: str = "") -> list[Message]:
     return [{"role": "system", "content": system}, {"role": "user", "content": question}]
 
 
+_LESSONS_BLOCK = re.compile(r"\n*" + re.escape(LESSONS_HEADER) + r"\n<lessons>\n.*?\n</lessons>", re.S)
+
+
+def strip_lessons_section(messages: Sequence[Message]) -> list[Message]:
+    """The same chat without the ``<lessons>`` section of its system prompt (a copy).
+
+    Context distillation (Snell et al. 2022) trains a completion sampled with the lessons in
+    context under the chat without them: ``strip_lessons_section(solver_messages(q, section))
+    == solver_messages(q)``. Chats without a lessons section come back unchanged.
+    """
+    out = [dict(m) for m in messages]
+    for m in out:
+        if m.get("role") == "system":
+            m["content"] = _LESSONS_BLOCK.sub("", m["content"])
+    return out
+
+
 def guided_messages(messages: Sequence[Message], hint: str) -> list[Message]:
     """The same chat with the hint appended to the last user turn (Guide's guided context).
 

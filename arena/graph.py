@@ -17,7 +17,7 @@ and the checkpointer, so tests inject :class:`agents.fake.FakePolicy` and ``InMe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypedDict
@@ -57,6 +57,7 @@ class EpisodeSettings:
     success_threshold: float = 1.0  # a rollout succeeds when its reward >= this; a group whose best is below is all-fail
     hint_modes: tuple[str, ...] = ("feedback", "answer")  # hint parts for all-fail groups; () disables hints
     hint_max_tokens: int = 96  # cap on a teacher-written plan, tokens
+    exclude_lessons: tuple[str, ...] = ()  # lessons distilled into the solver's adapter: kept out of its prompt
 
 
 class EpisodeState(TypedDict, total=False):
@@ -91,13 +92,25 @@ class EpisodeState(TypedDict, total=False):
     lessons_added: list[str]
 
 
-def retrieve_for_task(store: LessonStore, task: Task, budget_tokens: int, count_tokens: Callable[[str], int]) -> tuple[str, list[list[str]]]:
+def retrieve_for_task(
+    store: LessonStore,
+    task: Task,
+    budget_tokens: int,
+    count_tokens: Callable[[str], int],
+    exclude: Collection[str] = (),
+) -> tuple[str, list[list[str]]]:
     """The lessons section for ``task`` and the ``[id, text]`` pairs it holds.
 
-    Active lessons of the task's family and global ones, best first (helpful − harmful),
-    cut to ``budget_tokens`` of the solver's tokenizer. Shared by the graph and evaluation.
+    Active (and distilled) lessons of the task's family and global ones, best first
+    (helpful − harmful), minus ``exclude`` (the lessons distilled into the adapter in use:
+    they leave the prompt while it is), cut to ``budget_tokens`` of the solver's tokenizer.
+    Shared by the graph and evaluation.
     """
-    views = [LessonView(les.lesson_id, les.text) for les in store.active_lessons(task.family)]
+    views = [
+        LessonView(les.lesson_id, les.text)
+        for les in store.active_lessons(task.family, include_distilled=True)
+        if les.lesson_id not in exclude
+    ]
     section, ids = render_lessons(views, budget_tokens, count_tokens)
     by_id = {v.lesson_id: v.text for v in views}
     return section, [[i, by_id[i]] for i in ids]
@@ -126,7 +139,9 @@ def build_episode_graph(
 
     def retrieve_lessons(state: EpisodeState) -> dict:
         task = tasks[state["task_key"]]
-        section, shown = retrieve_for_task(store, task, settings.lesson_tokens, roles.solver.count_tokens)
+        section, shown = retrieve_for_task(
+            store, task, settings.lesson_tokens, roles.solver.count_tokens, settings.exclude_lessons
+        )
         return {"lessons_shown": shown, "messages": solver_messages(task.question, section)}
 
     def sample_group(messages: list[dict[str, str]], seed: int | None) -> list[dict[str, Any]]:

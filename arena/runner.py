@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -109,8 +109,11 @@ def evaluate_heldout(
     with_lessons: bool,
     lesson_tokens: int,
     max_tokens: int,
+    exclude: Collection[str] = (),
 ) -> tuple[list[float], dict[str, Any]]:
     """Greedy pass@1 on held-out tasks, with or without each task's retrieved lessons.
+
+    ``exclude``: lesson ids kept out of the prompt (those distilled into the solver's adapter).
 
     Returns:
         ``(rewards, details)``: one reward per task (input order) and per-task records
@@ -118,7 +121,7 @@ def evaluate_heldout(
     """
     chats, shown = [], []
     for t in tasks:
-        section, ids = retrieve_for_task(store, t, lesson_tokens, solver.count_tokens) if with_lessons else ("", [])
+        section, ids = retrieve_for_task(store, t, lesson_tokens, solver.count_tokens, exclude) if with_lessons else ("", [])
         chats.append(solver_messages(t.question, section))
         shown.append([i for i, _ in ids])
     outs = sample_many(solver, chats, temperature=0.0, max_tokens=max_tokens)

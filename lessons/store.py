@@ -985,17 +985,20 @@ class LessonStore:
 
     # ----------------------------------------------------------------- lessons
 
-    def active_lessons(self, family: str | None) -> list[LessonInfo]:
+    def active_lessons(self, family: str | None, include_distilled: bool = False) -> list[LessonInfo]:
         """The active lessons for a task family, best first.
 
         Args:
             family: a task family; its lessons and the global ones are returned. None:
                 every active lesson.
+            include_distilled: also return lessons marked ``distilled`` (they stay in the
+                prompt unless the adapter that distilled them is in use).
 
         Returns:
             Ordered by helpful - harmful (descending), then creation (oldest first).
         """
-        q = select(LessonRow).where(LessonRow.status == "active")
+        statuses = ("active", "distilled") if include_distilled else ("active",)
+        q = select(LessonRow).where(LessonRow.status.in_(statuses))
         if family is not None:
             q = q.where(LessonRow.scope.in_([family, GLOBAL_SCOPE]))
         q = q.order_by((LessonRow.helpful - LessonRow.harmful).desc(), LessonRow.created_at, LessonRow.id)
