@@ -105,8 +105,8 @@ class DistillDataset:
 
     @property
     def lessons_in_context(self) -> list[str]:
-        """Lessons whose effect was trained in: those in context of a context-distillation or guided example."""
-        return sorted({lid for e in self.examples if e.kind in ("context", "guided") for lid in e.lessons})
+        """Lessons whose effect was trained in: those in the sampling context of any example."""
+        return sorted({lid for e in self.examples for lid in e.lessons})
 
 
 def build_dataset(

@@ -311,12 +311,13 @@ def train(
                 if gamma is not None:
                     result.gammas.append(gamma)
                 loss = (w * -logp).sum() / n_step
-                if not torch.isfinite(loss):
+                loss_value = float(loss.detach())
+                if not math.isfinite(loss_value):
                     raise TrainingError(
-                        f"loss became {float(loss)} at step {step + 1}; lower --lr (now {cfg.lr}) or check the data"
+                        f"loss became {loss_value} at step {step + 1}; lower --lr (now {cfg.lr}) or check the data"
                     )
                 loss.backward()
-                step_loss += float(loss)
+                step_loss += loss_value
                 result.tokens += int(batch["attention_mask"].sum())
                 result.completion_tokens += int(batch["target_mask"].sum())
             if cfg.max_grad_norm > 0:
