@@ -95,6 +95,7 @@ def run(
         Optional[list[str]],
         typer.Option("--hint-mode", help="Hints for all-fail groups: plan, feedback, answer (repeatable or comma-separated), or none. Default: feedback,answer."),
     ] = None,
+    adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter of the local solver: an id (adapter-0001) or a directory; its distilled lessons leave the prompt.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -129,6 +130,10 @@ def run(
                 success_threshold=success_threshold,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
+            if adapter is not None:
+                from arena.distill import adapter_for_run
+
+                cfg = cfg.model_copy(update={"adapter": str(adapter_for_run(db, adapter, cfg.solver))})
         # Validate tasks, endpoints and prompt sizes before touching the database, so bad input writes nothing.
         with contextlib.redirect_stdout(sys.stderr):  # some task generators print; stdout is for --json
             splits = load_tasks(cfg.families, cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
@@ -145,7 +150,7 @@ def run(
             summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console)
     except ValidationError as e:
         raise fail(_config_error(e)) from None
-    except (ConfigError, TaskError, StoreError, PolicyError, ValueError) as e:
+    except (ConfigError, TaskError, StoreError, PolicyError, ValueError) as e:  # DistillError, AdapterError are ValueErrors
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         if store is not None and store.get_session(name) is not None:
@@ -284,6 +289,7 @@ def distill(
     from agents.policy import PolicyError
     from arena.distill import DistillError, run_distill
     from lessons.adapters import AdapterError
+    from lessons.distill import NoTrainingData
     from lessons.distill_config import DistillConfig, TrainConfig
     from lessons.distill_trainer import TrainingError
     from lessons.store import LessonStore, StoreError
@@ -309,7 +315,7 @@ def distill(
             summary = run_distill(store, db, session, cfg, out, base_model, console=console)
     except ValidationError as e:
         raise fail(_config_error(e)) from None
-    except (DistillError, AdapterError, TrainingError, StoreError, PolicyError) as e:
+    except (DistillError, NoTrainingData, AdapterError, TrainingError, StoreError, PolicyError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         raise fail("interrupted; no adapter was registered", EXIT_INTERRUPTED) from None

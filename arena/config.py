@@ -48,6 +48,7 @@ class SessionConfig(BaseModel):
     solver: str = "local"  # "local" or "openai:MODEL"
     critic: str = "verifier"  # "verifier" (no model), "local" or "openai:MODEL"
     teacher: str = "local"  # "local" or "openai:MODEL"
+    adapter: str | None = None  # LoRA adapter directory of the local solver (arena distill); its distilled lessons leave the prompt
 
     @field_validator("tasks_file")
     @classmethod
@@ -103,6 +104,8 @@ class SessionConfig(BaseModel):
             raise ValueError(f"success threshold must be in (0, 1] (rewards are in [0, 1]), got {self.success_threshold}")
         if self.lesson_tokens < 0:
             raise ValueError(f"--lesson-tokens must be >= 0 (0 disables lessons in context), got {self.lesson_tokens}")
+        if self.adapter is not None and self.solver != "local":
+            raise ValueError(f"--adapter needs the local solver (got --solver {self.solver})")
         if not self.families and self.tasks_file is None:
             raise ValueError("no tasks: pass --family NAME or --tasks-file F")
         return self

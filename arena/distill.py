@@ -145,6 +145,33 @@ def check_adapter_for_base(path: Path, base_dir: Path) -> AdapterSidecar | None:
     return check_adapter_dir(path, base_fingerprint(base_dir))
 
 
+def adapter_for_run(db: str, spec: str, solver: str) -> Path:
+    """The checked adapter directory for ``arena run --adapter ID|PATH`` (before anything is written).
+
+    An id is looked up in an existing library; a directory is used as is. The directory must
+    hold a LoRA adapter for the embedded base model.
+
+    Raises:
+        DistillError / AdapterError: not the local solver, unknown id, missing or corrupt
+            directory, or an adapter for another base model.
+    """
+    from agents.local import ensure_converted
+
+    if solver != "local":
+        raise DistillError(f"--adapter needs the local solver (got --solver {solver})")
+    exists = "://" in db or Path(db).exists()
+    if exists:
+        with LessonStore(db) as store:
+            path, _ = resolve_adapter(store, spec)
+    else:
+        path = Path(spec).expanduser()
+        if not path.exists():
+            raise DistillError(f"no adapter {spec!r}: not a directory, and there is no library at {db} to look it up in")
+        path = path.resolve()
+    check_adapter_for_base(path, ensure_converted())
+    return path
+
+
 # --------------------------------------------------------------------------- evaluation
 
 

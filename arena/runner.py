@@ -33,28 +33,34 @@ EVAL_NAMES = ("heldout_before", "heldout_after", "heldout_after_no_lessons")
 def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
     """Policies for the roles named in ``cfg``; roles that say ``local`` share one loaded model.
 
+    ``adapter`` (default ``cfg.adapter``): a LoRA adapter applied to the local SOLVER only; a
+    local teacher or critic then gets its own copy of the base model.
+
     Raises:
         agents.policy.PolicyError: an endpoint is unreachable or a model does not exist
             (checked here, before any work is done).
     """
-    cache: dict[str, Policy] = {}
+    cache: dict[tuple[str, Path | None], Policy] = {}
+    if adapter is None and cfg.adapter:
+        adapter = Path(cfg.adapter)
 
-    def policy(spec: str) -> Policy:
-        if spec not in cache:
+    def policy(spec: str, lora: Path | None = None) -> Policy:
+        key = (spec, lora if spec == "local" else None)
+        if key not in cache:
             if spec == "local":
                 from agents.local import LocalPolicy
 
-                cache[spec] = LocalPolicy(adapter=adapter)
+                cache[key] = LocalPolicy(adapter=lora)
             else:
                 from agents.openai_backend import OpenAIPolicy
 
                 p = OpenAIPolicy(spec.split(":", 1)[1])
                 p.check()
-                cache[spec] = p
-        return cache[spec]
+                cache[key] = p
+        return cache[key]
 
     return Roles(
-        solver=policy(cfg.solver),
+        solver=policy(cfg.solver, adapter),
         teacher=policy(cfg.teacher),
         critic=None if cfg.critic == "verifier" else policy(cfg.critic),
     )
@@ -198,6 +204,7 @@ def run_session(
     thread_prefix = f"{session_name}#{session_id}@{created}"
     task_by_key = {t.task_key: t for t in [*splits.train, *splits.heldout]}
 
+    exclude = adapter_distilled_lessons(store, cfg.adapter)
     own_conn = None
     if checkpointer is None:
         from langgraph.checkpoint.sqlite import SqliteSaver
@@ -212,6 +219,7 @@ def run_session(
         teacher_max_tokens=cfg.teacher_max_tokens,
         success_threshold=cfg.success_threshold,
         hint_modes=tuple(cfg.hint_modes),
+        exclude_lessons=exclude,
     )
     graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer)
     progress = (
@@ -237,7 +245,7 @@ def run_session(
                 return
             bar = progress.add_task(f"eval {name}", total=len(splits.heldout), status="") if progress else None
             rewards, details = evaluate_heldout(
-                store, roles.solver, splits.heldout, with_lessons, cfg.lesson_tokens, cfg.max_tokens
+                store, roles.solver, splits.heldout, with_lessons, cfg.lesson_tokens, cfg.max_tokens, exclude
             )
             s = _eval_summary(rewards)
             store.record_evaluation(session_id, name, "heldout", with_lessons, rewards, tuple(s["ci95"]), details)
@@ -297,6 +305,16 @@ def run_session(
     summary["wall_time_s"] = round(time.perf_counter() - t_start, 1)
     store.set_session_status(session_id, "finished", summary)
     return summary
+
+
+def adapter_distilled_lessons(store: LessonStore, adapter: str | None) -> tuple[str, ...]:
+    """The lessons distilled into the solver's adapter (they leave its prompt); () without one or unregistered."""
+    if not adapter:
+        return ()
+    from lessons.adapter_store import AdapterStore
+
+    info = AdapterStore(store).find_by_path(adapter)
+    return tuple(info.distilled) if info is not None else ()
 
 
 def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: SessionConfig) -> dict[str, Any]:
