@@ -64,7 +64,6 @@ def peak_tflops(device: str) -> float | None:
 def bench_distill_speed(
     steps: int = 8,
     batch_size: int = 4,
-    n_examples: int = 64,
     rank: int = 16,
     base_model: Path | None = None,
     device: str | None = None,
@@ -74,7 +73,6 @@ def bench_distill_speed(
     Args:
         steps: optimizer steps per trainer (one epoch of ``steps * batch_size`` examples).
         batch_size: sequences per step.
-        n_examples: size of the example pool the epoch is drawn from (first ``steps * batch_size``).
         rank: LoRA rank (alpha = 2 * rank, all llama projections).
         base_model: a transformers checkpoint directory; default the embedded model.
         device: ``"cpu"`` / ``"cuda"``; default CUDA when available.
@@ -97,7 +95,7 @@ def bench_distill_speed(
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise BenchError("--device cuda: no CUDA device is visible")
     n = steps * batch_size
-    raw = _examples(max(n, n_examples))[:n]
+    raw = _examples(n)
 
     cfg = TrainConfig(rank=rank, alpha=2 * rank, dropout=0.05, batch_size=batch_size, grad_accum=1, max_steps=steps,
                       warmup_steps=1, lr=2e-4, max_seq_len=1024, seed=0)

@@ -383,22 +383,24 @@ app.add_typer(bench_app, name="bench")
 def bench_distill(
     steps: Annotated[int, typer.Option(help="Optimizer steps timed per trainer (after 2 warm-up steps).")] = 8,
     batch_size: Annotated[int, typer.Option(help="Sequences per step.")] = 4,
-    examples: Annotated[int, typer.Option(help="Training examples (chain_sum questions with worked reference answers).")] = 64,
     rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
     base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded model).")] = None,
     device: Annotated[Optional[str], typer.Option(help="cpu or cuda (default: cuda when available); bf16 on CUDA, fp32 on CPU.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
-    """Train tokens/s of our LoRA trainer against TRL's SFTTrainer: same model, LoRA config, data and batch."""
+    """Train tokens/s of our LoRA trainer against TRL's SFTTrainer: same model, LoRA config, data and batch.
+
+    Data: steps x batch-size chain_sum questions with worked reference-answer completions, one epoch each.
+    """
     _quiet_libraries()
     from agents.policy import PolicyError
     from arena.bench import BenchError, bench_distill_speed
 
     try:
-        if steps < 1 or batch_size < 1 or examples < 1 or rank < 1:
-            raise BenchError("--steps, --batch-size, --examples and --rank must be >= 1")
+        if steps < 1 or batch_size < 1 or rank < 1:
+            raise BenchError("--steps, --batch-size and --rank must be >= 1")
         with contextlib.redirect_stdout(sys.stderr):
-            result = bench_distill_speed(steps=steps, batch_size=batch_size, n_examples=examples, rank=rank,
+            result = bench_distill_speed(steps=steps, batch_size=batch_size, rank=rank,
                                          base_model=base_model, device=device)
     except (BenchError, PolicyError) as e:
         raise fail(str(e)) from None
