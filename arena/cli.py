@@ -381,7 +381,7 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("distill")
 def bench_distill(
-    steps: Annotated[int, typer.Option(help="Optimizer steps timed per trainer (after 2 warm-up steps).")] = 8,
+    steps: Annotated[int, typer.Option(help="Optimizer steps per trainer: one epoch of steps x batch-size examples, all timed.")] = 8,
     batch_size: Annotated[int, typer.Option(help="Sequences per step.")] = 4,
     rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
     base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded model).")] = None,

@@ -373,3 +373,43 @@ def test_register_adapter_marks_lessons_distilled_and_retrieval_excludes_them(tm
     _, shown = retrieve_for_task(store, task, 512, count, exclude=set(info.distilled))  # with the adapter
     assert [i for i, _ in shown] == [b]
     store.close()
+
+
+# --------------------------------------------------------------------------- benchmark and the real model
+
+
+def test_bench_distill_reports_both_trainers(tiny_dir):
+    pytest.importorskip("trl", reason="TRL is the bench extra: pip install -e '.[bench]'")
+    from arena.bench import bench_distill_speed
+
+    r = bench_distill_speed(steps=2, batch_size=2, rank=4, base_model=tiny_dir, device="cpu")
+    assert r["examples"] == 4 and r["steps"] == 2 and r["dtype"] == "float32"
+    assert r["ours"]["tokens"] == r["trl"]["tokens"] > 0  # the same data, token for token
+    assert r["ratio"] == pytest.approx(r["ours"]["tokens_per_s"] / r["trl"]["tokens_per_s"], rel=1e-2)
+    assert r["mfu"] is None  # CPU: no peak to compare against
+
+
+@pytest.mark.slow
+def test_real_model_lora_step_and_plain_peft_round_trip(tmp_path):
+    """Two LoRA steps on the embedded SmolLM2; plain peft reloads the adapter with identical log-probs."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from agents.local import LocalPolicy
+
+    p = LocalPolicy()  # its own copy: LoRA layers are injected into the model it trains
+    p.load()
+    tok = p.tokenizer
+    exs = [DistillExample("sft", i, f"t{i}", solver_messages(f"What is {i} + 2?"),
+                          tok(f"{i} + 2 = {i + 2}.\n<answer>{i + 2}</answer>", add_special_tokens=False)["input_ids"],
+                          None, True) for i in range(4)]
+    model, res = train(p.model, tok, exs, TrainConfig(max_steps=2, batch_size=2, grad_accum=1, lr=1e-3),
+                       eos_id=p.eos_token_id)
+    assert res.steps == 2 and math.isfinite(res.final_loss)
+    path = save_adapter(model, tmp_path / "a", AdapterSidecar(base_model=base_fingerprint(p.model_dir)))
+    enc = collate(encode_examples(tok, exs, 512, p.eos_token_id)[0], tok.pad_token_id)
+    with torch.no_grad():
+        trained = target_logprobs(model, enc)
+        plain = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(p.model_dir), str(path)).eval()
+        assert torch.equal(trained, target_logprobs(plain, enc))
+    check_adapter_dir(path, base_fingerprint(p.model_dir))

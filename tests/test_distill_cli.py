@@ -27,9 +27,26 @@ LESSON = "Add the numbers from left to right, keeping the sign of each term."
 
 
 def arena(*args, cwd=None):
+    """`arena ARGS` in a fresh process (what a user runs)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, env=env, cwd=cwd,
                           timeout=300)
+
+
+@pytest.fixture
+def arena_inproc(capfd, monkeypatch):
+    """`arena ARGS` through the console-script entry point in this process (no import cost per call)."""
+    from arena import cli
+
+    def run(*args):
+        capfd.readouterr()  # drop what the test itself printed before
+        monkeypatch.setattr(sys, "argv", ["arena", *args])
+        with pytest.raises(SystemExit) as exc:
+            cli.main()
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(args, exc.value.code, out, err)
+
+    return run
 
 
 def assert_one_line_error(proc, *fragments):
@@ -87,7 +104,7 @@ def db(tmp_path, tiny):
     return path
 
 
-def test_distill_then_eval_end_to_end(db, tiny, tmp_path):
+def test_distill_then_eval_end_to_end(db, tiny, tmp_path, arena_inproc):
     proc = arena("distill", "--db", str(db), "--base-model", str(tiny), "--steps", "3", "--eval-max-tokens", "4",
                  "--json")
     assert proc.returncode == 0, proc.stderr
@@ -118,8 +135,8 @@ def test_distill_then_eval_end_to_end(db, tiny, tmp_path):
     assert (out["distilled"] == ["chain_sum-00001"]) == expect_distilled
     assert [e[0] for e in edges] == ["in_context"] + (["distilled"] if expect_distilled else [])
 
-    proc = arena("eval", "--db", str(db), "--adapter", "adapter-0001", "--base-model", str(tiny), "--max-tokens", "4",
-                 "--json")
+    proc = arena_inproc("eval", "--db", str(db), "--adapter", "adapter-0001", "--base-model", str(tiny),
+                        "--max-tokens", "4", "--json")
     assert proc.returncode == 0, proc.stderr
     ev = json.loads(proc.stdout)
     assert ev["adapter_id"] == "adapter-0001" and set(ev["eval"]) == {"adapter", "adapter_lessons"}
@@ -127,7 +144,7 @@ def test_distill_then_eval_end_to_end(db, tiny, tmp_path):
     assert ev["eval"]["adapter"] == {k: out["eval"]["adapter"][k] for k in ev["eval"]["adapter"]}  # greedy: same figures
 
     # a table without --json
-    proc = arena("eval", "--db", str(db), "--base-model", str(tiny), "--max-tokens", "4")
+    proc = arena_inproc("eval", "--db", str(db), "--base-model", str(tiny), "--max-tokens", "4")
     assert proc.returncode == 0, proc.stderr
     assert "base + lessons" in proc.stdout and "95% CI" in proc.stdout
 
@@ -143,10 +160,10 @@ def test_sft_objective_uses_unguided_successes_only(db, tiny):
     assert out["data"]["skipped"] == {"failed": 2, "guided_not_used": 2}
 
 
-def test_no_eligible_data_is_one_line_and_writes_nothing(tmp_path, tiny):
+def test_no_eligible_data_is_one_line_and_writes_nothing(tmp_path, tiny, arena_inproc):
     db = tmp_path / "arena.db"
     make_session(db, tiny, successes=False)
-    proc = arena("distill", "--db", str(db), "--base-model", str(tiny), "--session", "demo")
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--session", "demo")
     assert_one_line_error(proc, "no eligible training data", "6 rollouts", "6 failed", "--success-threshold")
     assert not (tmp_path / "adapters").exists()
     with sqlite3.connect(db) as c:
@@ -171,7 +188,8 @@ def test_failed_registration_leaves_no_adapter_behind(db, tiny, tmp_path, monkey
         assert c.execute("select count(*) from lessons where status = 'distilled'").fetchone()[0] == 0
 
 
-def test_bad_adapters_and_inputs_are_one_line(db, tiny, tmp_path):
+def test_bad_adapters_and_inputs_are_one_line(db, tiny, tmp_path, arena_inproc):
+    arena = arena_inproc
     proc = arena("eval", "--db", str(db), "--adapter", "adapter-0042", "--base-model", str(tiny))
     assert_one_line_error(proc, "no adapter 'adapter-0042'")
     broken = tmp_path / "broken"
@@ -193,10 +211,12 @@ def test_bad_adapters_and_inputs_are_one_line(db, tiny, tmp_path):
     assert_one_line_error(proc, "rank")
 
 
-def test_adapter_for_another_base_model_is_refused(db, tiny, tmp_path):
+def test_adapter_for_another_base_model_is_refused(db, tiny, tmp_path, arena_inproc):
+    arena = arena_inproc
     proc = arena("distill", "--db", str(db), "--base-model", str(tiny), "--steps", "1", "--eval-max-tokens", "2",
                  "--json")
     assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["adapter_id"] == "adapter-0001"
     other = make_tiny(tmp_path / "other", seed=7)
     proc = arena("eval", "--db", str(db), "--adapter", "adapter-0001", "--base-model", str(other))
     assert_one_line_error(proc, "adapter-0001 was trained on base model", "use an adapter trained on this model")
