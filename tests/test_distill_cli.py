@@ -222,3 +222,25 @@ def test_adapter_for_another_base_model_is_refused(db, tiny, tmp_path, arena_inp
     assert_one_line_error(proc, "adapter-0001 was trained on base model", "use an adapter trained on this model")
     proc = arena("run", "--db", str(db), "--adapter", "adapter-0001")  # the embedded model is another base too
     assert_one_line_error(proc, "adapter-0001 was trained on base model")
+
+
+def test_adapter_goes_to_the_local_solver_only_and_its_distilled_lessons_leave_the_prompt(db, tmp_path):
+    from arena.runner import adapter_distilled_lessons, make_roles
+    from lessons.adapter_store import AdapterRecord, AdapterStore
+
+    cfg = SessionConfig(db=str(db), adapter=str(tmp_path / "ad"))
+    roles = make_roles(cfg)  # LocalPolicy loads lazily: nothing is loaded here
+    assert roles.solver.adapter == tmp_path / "ad" and roles.teacher.adapter is None
+    assert roles.solver is not roles.teacher
+    plain = make_roles(SessionConfig(db=str(db)))
+    assert plain.solver is plain.teacher and plain.solver.adapter is None  # one shared base model
+    with pytest.raises(ValueError, match="--adapter needs the local solver"):
+        SessionConfig(db=str(db), adapter="x", solver="openai:m")
+
+    with LessonStore(str(db)) as store:
+        assert adapter_distilled_lessons(store, None) == ()
+        assert adapter_distilled_lessons(store, str(tmp_path / "ad")) == ()  # unregistered: nothing distilled
+        AdapterStore(store).register_adapter(AdapterRecord(
+            "adapter-0001", str(tmp_path / "ad"), "fp", "distill", None, {}, {}, {}, {}, ["chain_sum-00001"],
+            {"chain_sum-00001": "kept"}))
+        assert adapter_distilled_lessons(store, str(tmp_path / "ad")) == ("chain_sum-00001",)
