@@ -170,10 +170,18 @@ class LocalPolicy:
             if self.adapter is not None:
                 from peft import PeftModel
 
-                model = PeftModel.from_pretrained(model, str(self.adapter))
+                try:
+                    model = PeftModel.from_pretrained(model, str(self.adapter))
+                except Exception as e:  # noqa: BLE001 - shape mismatches, corrupt files: a user-facing load error
+                    raise PolicyError(f"cannot load adapter {self.adapter}: {' '.join(str(e).split())[:200]}") from e
             model.to(self.device).eval()
             self._tok, self._model = tok, model
             self.load_seconds = time.perf_counter() - t0
+
+    @property
+    def model_dir(self) -> Path:
+        """The base checkpoint directory (the cached conversion of the embedded GGUF by default)."""
+        return self._model_dir or ensure_converted()
 
     @property
     def tokenizer(self):

@@ -7,6 +7,7 @@ own tokenizer, so the prompt never grows with the library.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -83,6 +84,23 @@ def solver_messages(question: str, lessons_section: str = "") -> list[Message]:
     """The solver's chat for one task: system prompt (+ lessons section), then the question."""
     system = SOLVER_SYSTEM if not lessons_section else f"{SOLVER_SYSTEM}\n\n{lessons_section}"
     return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+
+
+_LESSONS_BLOCK = re.compile(r"\n*" + re.escape(LESSONS_HEADER) + r"\n<lessons>\n.*?\n</lessons>", re.S)
+
+
+def strip_lessons_section(messages: Sequence[Message]) -> list[Message]:
+    """The same chat without the ``<lessons>`` section of its system prompt (a copy).
+
+    Context distillation (Snell et al. 2022) trains a completion sampled with the lessons in
+    context under the chat without them: ``strip_lessons_section(solver_messages(q, section))
+    == solver_messages(q)``. Chats without a lessons section come back unchanged.
+    """
+    out = [dict(m) for m in messages]
+    for m in out:
+        if m.get("role") == "system":
+            m["content"] = _LESSONS_BLOCK.sub("", m["content"])
+    return out
 
 
 def guided_messages(messages: Sequence[Message], hint: str) -> list[Message]:

@@ -84,6 +84,7 @@ def run(
     reward: Annotated[str, typer.Option(help="Reward: verifier, rubric-explicit or rubric-implicit (RaR; judged by --critic).")] = "verifier",
     online_rubrics: Annotated[int, typer.Option(help="Every N episodes, add rubric criteria that separate current from reference rollouts (0: off).")] = 0,
     include_flagged: Annotated[bool, typer.Option("--include-flagged", help="Let reward-hack-flagged rollouts reach reflection.")] = False,
+    adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter of the local solver: an id (adapter-0001) or a directory; its distilled lessons leave the prompt.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -128,6 +129,10 @@ def run(
                 include_flagged=include_flagged,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
+            if adapter is not None:
+                from arena.distill import adapter_for_run
+
+                cfg = cfg.model_copy(update={"adapter": str(adapter_for_run(db, adapter, cfg.solver))})
         # Validate tasks, endpoints and prompt sizes before touching the database, so bad input writes nothing.
         with contextlib.redirect_stdout(sys.stderr):  # some task generators print; stdout is for --json
             splits = load_tasks(cfg.families, cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
@@ -147,7 +152,7 @@ def run(
             summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console)
     except ValidationError as e:
         raise fail(_config_error(e)) from None
-    except (ConfigError, TaskError, StoreError, PolicyError, ValueError) as e:
+    except (ConfigError, TaskError, StoreError, PolicyError, ValueError) as e:  # DistillError, AdapterError are ValueErrors
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         if store is not None and store.get_session(name) is not None:
@@ -312,6 +317,190 @@ def critic_verdicts(
         t.add_row(r["episode"], str(r["idx"]) + ("g" if r["guided"] else ""), reward_txt, r["grading_status"],
                   ", ".join(r["hack_flags"]), crit)
     Console().print(t)
+
+
+# --------------------------------------------------------------------------- distillation
+
+
+def _require_db_file(db: str) -> None:
+    """A bare SQLite path must exist (opening would create an empty library)."""
+    from lessons.store import StoreError
+
+    if "://" not in db and not Path(db).exists():
+        raise StoreError(f"no database at {db}; run `arena run --db {db}` first")
+
+
+def _print_eval_table(title: str, evals: dict, console: Console) -> None:
+    from arena.distill import CONDITION_LABELS
+
+    t = Table(title=title)
+    for col in ("condition", "held-out pass@1", "95% CI", "n"):
+        t.add_column(col)
+    for name, e in evals.items():
+        lo, hi = e["ci95"]
+        t.add_row(CONDITION_LABELS.get(name, name), f"{e['pass_at_1']:.3f}", f"[{lo:.3f}, {hi:.3f}]", str(e["n"]))
+    console.print(t)
+
+
+@app.command()
+def distill(
+    db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
+    session: Annotated[Optional[str], typer.Option(help="Session whose train rollouts are the data (default: the newest with rollouts).")] = None,
+    objective: Annotated[str, typer.Option(help="distill (lessons-free context distillation + importance-weighted guided successes), sft (rejection-sampling SFT on unguided successes) or guided-unweighted (ablation).")] = "distill",
+    out: Annotated[Optional[Path], typer.Option(help="Adapter directory (default: adapters/<adapter id> beside the database).")] = None,
+    base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded SmolLM2-135M-Instruct).")] = None,
+    success_threshold: Annotated[float, typer.Option(help="Reward at which a rollout is training data.")] = 1.0,
+    lesson_tokens: Annotated[int, typer.Option(help="Lessons budget of the with-lessons evaluations, tokens.")] = 512,
+    eval_max_tokens: Annotated[int, typer.Option(help="Completion cap of the held-out evaluation, tokens.")] = 96,
+    steps: Annotated[int, typer.Option(help="Optimizer steps (0: from --epochs).")] = 0,
+    epochs: Annotated[float, typer.Option(help="Passes over the data when --steps is 0.")] = 3.0,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW, warm-up then cosine decay).")] = 2e-4,
+    rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
+    alpha: Annotated[int, typer.Option(help="LoRA alpha.")] = 32,
+    batch_size: Annotated[int, typer.Option(help="Sequences per micro-batch.")] = 4,
+    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = 2,
+    max_seq_len: Annotated[int, typer.Option(help="Longest prompt + completion trained on, tokens.")] = 512,
+    seed: Annotated[int, typer.Option(help="Seed of data order, LoRA init and dropout.")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout at the end.")] = False,
+) -> None:
+    """Distill a session's lessons and guided successes into a LoRA adapter, then evaluate and register it."""
+    _quiet_libraries()
+    from agents.policy import PolicyError
+    from arena.distill import DistillError, run_distill
+    from lessons.adapters import AdapterError
+    from lessons.distill import NoTrainingData
+    from lessons.distill_config import DistillConfig, TrainConfig
+    from lessons.distill_trainer import TrainingError
+    from lessons.store import LessonStore, StoreError
+
+    console = Console(stderr=True)
+    store = None
+    try:
+        cfg = DistillConfig(
+            objective=objective, success_threshold=success_threshold, lesson_tokens=lesson_tokens,
+            eval_max_tokens=eval_max_tokens,
+            train=TrainConfig(max_steps=steps, epochs=epochs, lr=lr, rank=rank, alpha=alpha, batch_size=batch_size,
+                              grad_accum=grad_accum, max_seq_len=max_seq_len, seed=seed),
+        )
+        if base_model is not None and not (base_model / "config.json").is_file():
+            raise DistillError(f"--base-model {base_model}: not a transformers checkpoint directory (no config.json)")
+        _require_db_file(db)
+        store = LessonStore(db)
+        if session is None:
+            from arena.distill import latest_session
+
+            session = latest_session(store, db)
+        with contextlib.redirect_stdout(sys.stderr):
+            summary = run_distill(store, db, session, cfg, out, base_model, console=console)
+    except ValidationError as e:
+        raise fail(_config_error(e)) from None
+    except (DistillError, NoTrainingData, AdapterError, TrainingError, StoreError, PolicyError) as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted; no adapter was registered", EXIT_INTERRUPTED) from None
+    finally:
+        if store is not None:
+            store.close()
+    if json_out:
+        print(json.dumps(summary))
+        return
+    c = Console()
+    tr = summary["train"]
+    c.print(f"[bold]{summary['adapter_id']}[/] → {summary['adapter_path']}  (objective {summary['objective']}, "
+            f"session {summary['session']})")
+    c.print(f"data: {summary['data']['examples']} examples {summary['data']['by_kind']}; train: {tr['steps']} steps, "
+            f"{tr['tokens']} tokens, final loss {tr['final_loss']:.4f}, {tr['tokens_per_s']:.0f} tok/s")
+    _print_eval_table(f"held-out pass@1, {summary['adapter_id']}", summary["eval"], c)
+    c.print(f"distilled lessons: {', '.join(summary['distilled']) or 'none'}")
+
+
+@app.command("eval")
+def eval_cmd(
+    db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
+    session: Annotated[Optional[str], typer.Option(help="Session whose held-out tasks are evaluated (default: the newest with rollouts).")] = None,
+    adapter: Annotated[Optional[str], typer.Option(help="Adapter id (adapter-0001) or directory; without it the base model is evaluated.")] = None,
+    base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded model).")] = None,
+    lesson_tokens: Annotated[int, typer.Option(help="Lessons budget of the with-lessons evaluation, tokens.")] = 512,
+    max_tokens: Annotated[int, typer.Option(help="Completion cap, tokens.")] = 96,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
+) -> None:
+    """Held-out greedy pass@1 of the local solver (optionally with an adapter), without and with lessons."""
+    _quiet_libraries()
+    from agents.policy import PolicyError
+    from arena.distill import DistillError, latest_session, run_eval
+    from lessons.adapters import AdapterError
+    from lessons.store import LessonStore, StoreError
+
+    store = None
+    try:
+        if lesson_tokens < 0 or not 1 <= max_tokens <= 4096:
+            raise DistillError("--lesson-tokens must be >= 0 and --max-tokens in [1, 4096]")
+        _require_db_file(db)
+        store = LessonStore(db)
+        session = session or latest_session(store, db)
+        with contextlib.redirect_stdout(sys.stderr):
+            result = run_eval(store, db, session, adapter, lesson_tokens, max_tokens, base_model)
+    except (DistillError, AdapterError, StoreError, PolicyError) as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+    finally:
+        if store is not None:
+            store.close()
+    if json_out:
+        print(json.dumps(result))
+    else:
+        _print_eval_table(f"held-out pass@1, {result['adapter_id'] or result['adapter_path'] or 'base model'}",
+                          result["eval"], Console())
+
+
+bench_app = typer.Typer(help="Benchmarks that print ratios against a named baseline.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("distill")
+def bench_distill(
+    steps: Annotated[int, typer.Option(help="Optimizer steps per trainer: one epoch of steps x batch-size examples, all timed.")] = 8,
+    batch_size: Annotated[int, typer.Option(help="Sequences per step.")] = 4,
+    rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
+    base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded model).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="cpu or cuda (default: cuda when available); bf16 on CUDA, fp32 on CPU.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
+) -> None:
+    """Train tokens/s of our LoRA trainer against TRL's SFTTrainer: same model, LoRA config, data and batch.
+
+    Data: steps x batch-size chain_sum questions with worked reference-answer completions, one epoch each.
+    """
+    _quiet_libraries()
+    from agents.policy import PolicyError
+    from arena.bench import BenchError, bench_distill_speed
+
+    try:
+        if steps < 1 or batch_size < 1 or rank < 1:
+            raise BenchError("--steps, --batch-size and --rank must be >= 1")
+        with contextlib.redirect_stdout(sys.stderr):
+            result = bench_distill_speed(steps=steps, batch_size=batch_size, rank=rank,
+                                         base_model=base_model, device=device)
+    except (BenchError, PolicyError) as e:
+        raise fail(str(e)) from None
+    if json_out:
+        print(json.dumps(result))
+        return
+    t = Table(title="LoRA training throughput (tokens/s; higher is better)")
+    for col in ("trainer", "tokens/s", "s/step", "final loss"):
+        t.add_column(col)
+    for name in ("ours", "trl"):
+        r = result[name]
+        if r is None:
+            continue
+        t.add_row(name, f"{r['tokens_per_s']:.0f}", f"{r['s_per_step']:.3f}", f"{r['final_loss']:.4f}")
+    Console().print(t)
+    if result.get("ratio") is not None:
+        Console().print(f"ratio ours / TRL SFTTrainer: {result['ratio']:.2f}x (target >= 1.0)")
+    else:
+        Console().print(f"TRL not measured: {result.get('trl_error')}")
+    if result.get("mfu") is not None:
+        Console().print(f"MFU (ours, {result['device']}): {result['mfu']:.3f}")
 
 
 def main() -> None:

@@ -58,6 +58,7 @@ class SessionConfig(BaseModel):
     judge_max_tokens: int = 256  # rubric judge reply cap, tokens
     online_rubrics: int = 0  # every N episodes, add criteria that separate current from reference rollouts; 0: off
     include_flagged: bool = False  # let reward-hack-flagged rollouts reach reflection (excluded by default)
+    adapter: str | None = None  # LoRA adapter directory of the local solver (arena distill); its distilled lessons leave the prompt
 
     @field_validator("tasks_file")
     @classmethod
@@ -135,6 +136,8 @@ class SessionConfig(BaseModel):
             raise ValueError("--online-rubrics needs rubric rewards; pass --reward rubric-explicit or rubric-implicit")
         if self.judge_max_tokens < 16:
             raise ValueError(f"judge_max_tokens must be >= 16, got {self.judge_max_tokens}")
+        if self.adapter is not None and self.solver != "local":
+            raise ValueError(f"--adapter needs the local solver (got --solver {self.solver})")
         if not self.families and self.tasks_file is None:
             raise ValueError("no tasks: pass --family NAME or --tasks-file F")
         return self

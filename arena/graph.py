@@ -62,6 +62,7 @@ class EpisodeSettings:
     hint_modes: tuple[str, ...] = ("feedback", "answer")  # hint parts for all-fail groups; () disables hints
     hint_max_tokens: int = 96  # cap on a teacher-written plan, tokens
     include_flagged: bool = False  # show reward-hack-flagged rollouts to the teacher's reflection
+    exclude_lessons: tuple[str, ...] = ()  # lessons distilled into the solver's adapter: kept out of its prompt
 
 
 class EpisodeState(TypedDict, total=False):
@@ -142,7 +143,9 @@ def build_episode_graph(
 
     def retrieve_lessons(state: EpisodeState) -> dict:
         task = tasks[state["task_key"]]
-        section, shown = retrieve_for_task(store, task, settings.lesson_tokens, roles.solver.count_tokens)
+        section, shown = retrieve_for_task(
+            store, task, settings.lesson_tokens, roles.solver.count_tokens, settings.exclude_lessons
+        )
         return {"lessons_shown": shown, "messages": solver_messages(task.question, section)}
 
     def sample_group(messages: list[dict[str, str]], seed: int | None) -> list[dict[str, Any]]:

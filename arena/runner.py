@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,28 +37,34 @@ EVAL_NAMES = ("heldout_before", "heldout_after", "heldout_after_no_lessons")
 def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
     """Policies for the roles named in ``cfg``; roles that say ``local`` share one loaded model.
 
+    ``adapter`` (default ``cfg.adapter``): a LoRA adapter applied to the local SOLVER only; a
+    local teacher or critic then gets its own copy of the base model.
+
     Raises:
         agents.policy.PolicyError: an endpoint is unreachable or a model does not exist
             (checked here, before any work is done).
     """
-    cache: dict[str, Policy] = {}
+    cache: dict[tuple[str, Path | None], Policy] = {}
+    if adapter is None and cfg.adapter:
+        adapter = Path(cfg.adapter)
 
-    def policy(spec: str) -> Policy:
-        if spec not in cache:
+    def policy(spec: str, lora: Path | None = None) -> Policy:
+        key = (spec, lora if spec == "local" else None)
+        if key not in cache:
             if spec == "local":
                 from agents.local import LocalPolicy
 
-                cache[spec] = LocalPolicy(adapter=adapter)
+                cache[key] = LocalPolicy(adapter=lora)
             else:
                 from agents.openai_backend import OpenAIPolicy
 
                 p = OpenAIPolicy(spec.split(":", 1)[1])
                 p.check()
-                cache[spec] = p
-        return cache[spec]
+                cache[key] = p
+        return cache[key]
 
     return Roles(
-        solver=policy(cfg.solver),
+        solver=policy(cfg.solver, adapter),
         teacher=policy(cfg.teacher),
         critic=None if cfg.critic == "verifier" else policy(cfg.critic),
     )
@@ -115,12 +121,14 @@ def evaluate_heldout(
     max_tokens: int,
     reward: RewardStrategy | None = None,
     session_id: int = 0,
+    exclude: Collection[str] = (),
 ) -> tuple[list[float], dict[str, Any]]:
     """Greedy pass@1 on held-out tasks, with or without each task's retrieved lessons.
 
     With a rubric ``reward`` each completion is judged against the task's current rubric
     (RaR); rollouts the judge could not grade are left out of ``rewards`` and counted in
     ``details["ungraded"]``, and ``details["mean_reward"]`` is the mean judged reward.
+    ``exclude``: lesson ids kept out of the prompt (those distilled into the solver's adapter).
 
     Returns:
         ``(rewards, details)``: one reward per (graded) task (input order) and per-task records
@@ -128,7 +136,7 @@ def evaluate_heldout(
     """
     chats, shown = [], []
     for t in tasks:
-        section, ids = retrieve_for_task(store, t, lesson_tokens, solver.count_tokens) if with_lessons else ("", [])
+        section, ids = retrieve_for_task(store, t, lesson_tokens, solver.count_tokens, exclude) if with_lessons else ("", [])
         chats.append(solver_messages(t.question, section))
         shown.append([i for i, _ in ids])
     outs = sample_many(solver, chats, temperature=0.0, max_tokens=max_tokens)
@@ -215,6 +223,7 @@ def run_session(
     thread_prefix = f"{session_name}#{session_id}@{created}"
     task_by_key = {t.task_key: t for t in [*splits.train, *splits.heldout]}
 
+    exclude = adapter_distilled_lessons(store, cfg.adapter)
     own_conn = None
     if checkpointer is None:
         from langgraph.checkpoint.sqlite import SqliteSaver
@@ -230,6 +239,7 @@ def run_session(
         success_threshold=cfg.success_threshold,
         hint_modes=tuple(cfg.hint_modes),
         include_flagged=cfg.include_flagged,
+        exclude_lessons=exclude,
     )
     store.curation_policy = CurationPolicy(library_tokens=cfg.library_tokens)
     store.count_tokens = roles.solver.count_tokens
@@ -270,7 +280,8 @@ def run_session(
                 return
             bar = progress.add_task(f"eval {name}", total=len(splits.heldout), status="") if progress else None
             rewards, details = evaluate_heldout(
-                store, roles.solver, splits.heldout, with_lessons, cfg.lesson_tokens, cfg.max_tokens, reward, session_id
+                store, roles.solver, splits.heldout, with_lessons, cfg.lesson_tokens, cfg.max_tokens, reward, session_id,
+                exclude,
             )
             s = _eval_summary(rewards)
             store.record_evaluation(session_id, name, "heldout", with_lessons, rewards, tuple(s["ci95"]), details)
@@ -342,6 +353,16 @@ def run_session(
     summary["wall_time_s"] = round(time.perf_counter() - t_start, 1)
     store.set_session_status(session_id, "finished", summary)
     return summary
+
+
+def adapter_distilled_lessons(store: LessonStore, adapter: str | None) -> tuple[str, ...]:
+    """The lessons distilled into the solver's adapter (they leave its prompt); () without one or unregistered."""
+    if not adapter:
+        return ()
+    from lessons.adapter_store import AdapterStore
+
+    info = AdapterStore(store).find_by_path(adapter)
+    return tuple(info.distilled) if info is not None else ()
 
 
 def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: SessionConfig) -> dict[str, Any]:

@@ -57,9 +57,13 @@ LESSON_STATUSES = ("candidate", "active", "retired", "distilled")
 LESSON_OPS = ("ADD", "EDIT", "MERGE", "RETIRE", "UPVOTE", "DOWNVOTE", "TAG_NEUTRAL", "PROMOTE", "IMPORT", "DISTILL")
 # Statuses whose lessons may be retrieved into a solver prompt and count against the library budget.
 LIVE_STATUSES = ("candidate", "active")
+# Statuses retrieval may show: live ones, and distilled ones unless the adapter that distilled them is in use.
+RETRIEVABLE_STATUSES = ("candidate", "active", "distilled")
 HINT_MODES = ("plan", "feedback", "answer")
 GRADING_STATUSES = ("graded", "ungraded")  # rollouts.grading_status; NULL (older rows) means graded
 RUBRIC_SOURCES = ("task", "online")  # where a rubric version / criterion came from
+ADAPTER_OBJECTIVES = ("distill", "sft", "guided-unweighted")
+ADAPTER_LESSON_RELATIONS = ("in_context", "distilled")
 
 # Where the Alembic environment and revisions live (a package, shipped with the wheel).
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -418,6 +422,36 @@ class EvaluationRow(Base):
     created_at: Mapped[created_ts]
 
     session: Mapped[SessionRow] = relationship(back_populates="evaluations")
+
+
+class AdapterRow(Base):
+    """A LoRA adapter (peft format) produced by ``arena distill``, with its config, metrics and evaluation."""
+
+    __tablename__ = "adapters"
+
+    id: Mapped[intpk]
+    adapter_id: Mapped[str] = mapped_column(String(50), unique=True)  # readable and stable, e.g. "adapter-0001"
+    path: Mapped[LongText]  # absolute path of the adapter directory (adapter_config.json, adapter_model.safetensors)
+    base_model: Mapped[str] = mapped_column(String(100))  # fingerprint of the base model it was trained on
+    objective: Mapped[str] = mapped_column(String(30))  # one of ADAPTER_OBJECTIVES
+    session_id: Mapped[int | None] = _fk("sessions.id", nullable=True, ondelete="SET NULL")  # the session trained on
+    config: Mapped[JSONDict]  # the DistillConfig as a dict (LoRA, optimizer, data settings)
+    data: Mapped[JSONDict]  # data provenance: rollout ids, lesson ids, hint ids, example counts
+    metrics: Mapped[JSONDict]  # training figures: steps, tokens, final loss, tokens/s, wall time
+    evaluation: Mapped[JSONDict] = mapped_column("eval", JSON())  # held-out pass@1 of base, base_lessons, adapter, adapter_lessons
+    created_at: Mapped[created_ts]
+
+
+class AdapterLessonRow(Base):
+    """Lineage edge lesson → adapter: a lesson trained into an adapter ("in_context") or distilled by it."""
+
+    __tablename__ = "adapter_lessons"
+    __table_args__ = (UniqueConstraint("adapter_id", "lesson_id", "relation"),)
+
+    id: Mapped[intpk]
+    adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id", ondelete="CASCADE"))  # adapters.id
+    lesson_id: Mapped[int] = mapped_column(ForeignKey("lessons.id", ondelete="CASCADE"), index=True)  # lessons.id
+    relation: Mapped[str] = mapped_column(String(20))  # one of ADAPTER_LESSON_RELATIONS
 
 
 # --------------------------------------------------------------------------- migrations

@@ -1,7 +1,8 @@
 """Retrieval: the lessons one task's solver prompt gets, ranked and cut to a token budget.
 
 For a task of family F the pool is the live lessons (candidate and active) of F and the
-global ones: the best BM25 matches of the task text (SQLite FTS5 ``bm25()``, Robertson &
+global ones, and the distilled ones unless the caller excludes them (the adapter that
+distilled them is in use): the best BM25 matches of the task text (SQLite FTS5 ``bm25()``, Robertson &
 Zaragoza's Okapi BM25, k1 = 1.2, b = 0.75) together with the best by the curation prior
 ``rank_score`` (helpful − harmful + weighted measured utility), so a general lesson that
 shares no word with the task ("end with the answer tag") still competes. Each lesson of
@@ -128,7 +129,7 @@ def rank_lessons(
             by_id.setdefault(les.lesson_id, (les, 0.0))
         pairs = list(by_id.values())
     else:
-        pairs = bm25_scan(task_text, store.live_lessons(family))
+        pairs = bm25_scan(task_text, store.live_lessons(family, include_distilled=True))
         pairs = sorted(pairs, key=lambda p: -p[1])[:pool] + sorted(pairs, key=lambda p: -p[0].rank_score)[:pool]
         pairs = list({les.lesson_id: (les, rel) for les, rel in pairs}.values())
     return [r for r in combine(pairs) if r.lesson.lesson_id not in exclude]

@@ -50,6 +50,7 @@ from lessons.curation import (
 from lessons.db import (
     LESSON_STATUSES,
     LIVE_STATUSES,
+    RETRIEVABLE_STATUSES,
     SESSION_STATUSES,
     SPLITS,
     EpisodeRow,
@@ -951,18 +952,21 @@ class LessonStore:
 
     # ----------------------------------------------------------------- lessons
 
-    def live_lessons(self, family: str | None) -> list[LessonInfo]:
+    def live_lessons(self, family: str | None, include_distilled: bool = False) -> list[LessonInfo]:
         """The lessons that may enter a solver prompt (candidate and active), best first.
 
         Args:
             family: a task family; its lessons and the global ones are returned. None:
                 every live lesson.
+            include_distilled: also return lessons marked ``distilled`` (they stay in the
+                prompt unless the adapter that distilled them is in use).
 
         Returns:
             Active before candidate, then by ``rank_score`` (helpful − harmful + weighted
             utility, descending), then creation (oldest first).
         """
-        q = select(LessonRow).where(LessonRow.status.in_(LIVE_STATUSES))
+        statuses = RETRIEVABLE_STATUSES if include_distilled else LIVE_STATUSES
+        q = select(LessonRow).where(LessonRow.status.in_(statuses))
         if family is not None:
             q = q.where(LessonRow.scope.in_([normalise_scope(family), GLOBAL_SCOPE]))
         q = q.order_by((LessonRow.status == "active").desc(), LessonRow.rank_score.desc(), LessonRow.created_at, LessonRow.id)
@@ -1011,7 +1015,7 @@ class LessonStore:
         self,
         terms: Sequence[str],
         family: str | None = None,
-        statuses: Sequence[str] | None = LIVE_STATUSES,
+        statuses: Sequence[str] | None = RETRIEVABLE_STATUSES,
         limit: int = 32,
         max_terms: int | None = None,
     ) -> list[tuple[LessonInfo, float]]:
@@ -1083,7 +1087,7 @@ class LessonStore:
         )
         return [word for d, _, word in scored if 0 < d <= n / 2][:max_terms]
 
-    def top_lessons(self, family: str | None, limit: int, statuses: Sequence[str] = LIVE_STATUSES) -> list[LessonInfo]:
+    def top_lessons(self, family: str | None, limit: int, statuses: Sequence[str] = RETRIEVABLE_STATUSES) -> list[LessonInfo]:
         """The ``limit`` lessons of a family (and global) with the highest ``rank_score``.
 
         One indexed query per scope (index ``ix_lessons_scope_rank``), merged; None: every
