@@ -162,13 +162,13 @@ def _run_trl(base_model: Path | None, device: str, enc: list[Any], cfg: Any, pef
         t0 = t1 = 0.0
         losses: list[float] = []
 
-        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
+        def on_train_begin(self, args, state, control, **kw):
             Clock.t0 = time.perf_counter()
 
-        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
+        def on_train_end(self, args, state, control, **kw):
             Clock.t1 = time.perf_counter()
 
-        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
+        def on_log(self, args, state, control, logs=None, **kw):
             if logs and "loss" in logs:
                 Clock.losses.append(float(logs["loss"]))
 

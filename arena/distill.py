@@ -40,10 +40,16 @@ from arena.runner import evaluate_heldout
 from arena.stats import wilson_interval
 from arena.tasks import Task, load_tasks
 from lessons.adapter_store import AdapterInfo, AdapterRecord, AdapterStore
-from lessons.adapters import SIDECAR, AdapterError, AdapterSidecar, base_fingerprint, check_adapter_dir, save_adapter
-from lessons.distill import NoTrainingData, build_dataset, require_examples
+from lessons.adapters import (
+    SIDECAR,
+    AdapterSidecar,
+    base_fingerprint,
+    check_adapter_dir,
+    save_adapter,
+)
+from lessons.distill import build_dataset, require_examples
 from lessons.distill_config import DistillConfig
-from lessons.store import LessonStore, StoreError
+from lessons.store import LessonStore
 
 CONDITIONS = ("base", "base_lessons", "adapter", "adapter_lessons")
 CONDITION_LABELS = {
@@ -393,6 +399,6 @@ def run_eval(
 
 
 __all__ = [
-    "CONDITIONS", "DistillError", "EvalResult", "NoTrainingData", "AdapterError", "StoreError",
-    "distilled_lessons", "evaluate", "resolve_adapter", "run_distill", "run_eval", "session_heldout",
+    "CONDITIONS", "DistillError", "EvalResult", "adapter_for_run", "distilled_lessons", "evaluate",
+    "latest_session", "resolve_adapter", "run_distill", "run_eval", "session_heldout",
 ]

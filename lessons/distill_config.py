@@ -47,7 +47,7 @@ class TrainConfig(BaseModel):
     is_floor: float = 1e-4  # gamma's floor
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainConfig":
+    def _check(self) -> TrainConfig:
         if self.rank < 1:
             raise ValueError(f"LoRA rank must be >= 1, got {self.rank}; pass --rank 16")
         if self.alpha <= 0:
@@ -89,7 +89,7 @@ class DistillConfig(BaseModel):
     train: TrainConfig = Field(default_factory=TrainConfig)
 
     @model_validator(mode="after")
-    def _check(self) -> "DistillConfig":
+    def _check(self) -> DistillConfig:
         if not 0.0 < self.success_threshold <= 1.0:
             raise ValueError(f"success threshold must be in (0, 1] (rewards are in [0, 1]), got {self.success_threshold}")
         if self.lesson_tokens < 0:

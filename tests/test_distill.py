@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.solver import render_lessons, solver_messages, strip_lessons_section, LessonView
+from agents.solver import (
+    LessonView,
+    render_lessons,
+    solver_messages,
+    strip_lessons_section,
+)
 from lessons.adapter_store import AdapterRecord, AdapterStore, TrainingRollout
 from lessons.adapters import (
     AdapterError,
@@ -24,7 +29,13 @@ from lessons.adapters import (
     read_sidecar,
     save_adapter,
 )
-from lessons.distill import DistillExample, NoTrainingData, build_dataset, importance_weights, require_examples
+from lessons.distill import (
+    DistillExample,
+    NoTrainingData,
+    build_dataset,
+    importance_weights,
+    require_examples,
+)
 from lessons.distill_config import DistillConfig, TrainConfig
 from lessons.distill_trainer import (
     EncodedExample,
@@ -371,7 +382,7 @@ def test_register_adapter_marks_lessons_distilled_and_retrieval_excludes_them(tm
     with pytest.raises(StoreError, match="already registered"):
         astore.register_adapter(AdapterRecord("adapter-0001", "/elsewhere", "x", "sft", None, {}, {}, {}, {}, [], {}))
 
-    count = lambda s: len(s.split())  # noqa: E731
+    count = lambda s: len(s.split())
     _, shown = retrieve_for_task(store, task, 512, count)  # no adapter: distilled lessons stay in the prompt
     assert {i for i, _ in shown} == {a, b}
     _, shown = retrieve_for_task(store, task, 512, count, exclude=set(info.distilled))  # with the adapter

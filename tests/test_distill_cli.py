@@ -78,7 +78,7 @@ def make_session(db: Path, tiny: Path, name: str = "demo", successes: bool = Tru
         guided = [dict(m) for m in msgs]
         guided[-1]["content"] += f"\n\nHint:\nThe answer is {task.answer}."
 
-        def roll(idx, ids, reward, is_guided=False):
+        def roll(idx, ids, reward, is_guided=False, msgs=msgs, guided=guided):
             return RolloutRecord(idx, guided if is_guided else msgs, tok.decode(ids), None, reward, "c", 50, len(ids),
                                  "stop", 0.1, guided=is_guided, token_ids=ids, logprobs=[-0.5] * len(ids),
                                  unguided_messages=msgs if is_guided else None)
