@@ -9,7 +9,8 @@ The pipeline (:func:`run_distill`):
 4. the adapter directory (peft files + sidecar), written atomically, then loaded back from
    disk as the solver would load it (``LocalPolicy(adapter=...)``) and evaluated without
    lessons;
-5. lessons whose effect the adapter keeps — its pass@1 without any lesson, on the held-out
+5. lessons that helped (base + lessons above base on the tasks that showed them) and whose
+   effect the adapter keeps — its pass@1 without any lesson, on the held-out
    tasks whose prompt showed the lesson, is at least the lower end of the 95% CI of base +
    lessons on those tasks — become ``distilled``; the adapter is evaluated again with the
    remaining lessons;
@@ -205,13 +206,16 @@ def evaluate(
 
 
 def distilled_lessons(
-    candidates: Sequence[str], base_lessons: EvalResult, adapter: EvalResult
+    candidates: Sequence[str], base: EvalResult, base_lessons: EvalResult, adapter: EvalResult
 ) -> dict[str, str]:
     """Lessons whose effect the adapter keeps, each with a rationale holding the figures.
 
-    For lesson L: the held-out tasks whose base + lessons prompt showed L; p_bl its pass@1 there
-    with 95% Wilson CI [lo, hi]; p_a the adapter's pass@1 without any lesson on the same
-    tasks. L is distilled when p_a >= lo ("within the CI of base + lesson or better").
+    For lesson L: the held-out tasks whose base + lessons prompt showed L; p_b the base
+    model's pass@1 there without lessons, p_bl its pass@1 with them (95% Wilson CI [lo, hi]);
+    p_a the adapter's pass@1 without any lesson on the same tasks. L is distilled when the
+    lessons had an effect to keep there (p_bl > p_b) and p_a >= lo ("within the CI of base +
+    lesson or better"). A lesson that did not help is not marked distilled even when the
+    adapter beats it: there was nothing to distill, and it should stay visible to curation.
     Lessons shown on no task are not judged.
     """
     out: dict[str, str] = {}
@@ -220,13 +224,14 @@ def distilled_lessons(
         if not idx:
             continue
         n = len(idx)
+        b = sum(base.rewards[i] >= 1.0 - 1e-9 for i in idx)
         bl = sum(base_lessons.rewards[i] >= 1.0 - 1e-9 for i in idx)
         ad = sum(adapter.rewards[i] >= 1.0 - 1e-9 for i in idx)
         lo, hi = wilson_interval(bl, n)
-        if ad / n >= lo - 1e-12:
+        if bl > b and ad / n >= lo - 1e-12:
             out[lid] = (
                 f"held-out pass@1 without the lesson {ad}/{n} = {ad / n:.3f} with the adapter; base + lessons "
-                f"{bl}/{n} = {bl / n:.3f}, 95% CI [{lo:.3f}, {hi:.3f}] on the {n} tasks that showed it"
+                f"{bl}/{n} = {bl / n:.3f}, 95% CI [{lo:.3f}, {hi:.3f}], base alone {b}/{n}, on the {n} tasks that showed it"
             )
     return out
 
@@ -312,7 +317,7 @@ def run_distill(
         apolicy.load()
         ev["adapter"] = evaluate(store, apolicy, tasks, False, (), cfg.lesson_tokens, cfg.eval_max_tokens)
         in_context = data.lessons_in_context
-        distilled = distilled_lessons(in_context, ev["base_lessons"], ev["adapter"])
+        distilled = distilled_lessons(in_context, ev["base"], ev["base_lessons"], ev["adapter"])
         ev["adapter_lessons"] = evaluate(store, apolicy, tasks, True, set(distilled), cfg.lesson_tokens,
                                          cfg.eval_max_tokens, ev["adapter"])
         eval_json = {name: ev[name].summary() for name in CONDITIONS}

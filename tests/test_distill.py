@@ -428,3 +428,16 @@ def test_real_model_lora_step_and_plain_peft_round_trip(tmp_path):
         plain = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(p.model_dir), str(path)).eval()
         assert torch.equal(trained, target_logprobs(plain, enc))
     check_adapter_dir(path, base_fingerprint(p.model_dir))
+
+
+def test_only_lessons_that_helped_are_marked_distilled():
+    from arena.distill import EvalResult, distilled_lessons
+
+    shown = [["a"], ["a"], ["b"], ["b"]]
+    base = EvalResult([0.0, 0.0, 1.0, 1.0], [[]] * 4)
+    with_lessons = EvalResult([1.0, 1.0, 0.0, 0.0], shown)  # a helped (0/2 -> 2/2), b hurt (2/2 -> 0/2)
+    adapter = EvalResult([1.0, 1.0, 1.0, 1.0], [[]] * 4)  # beats both
+    out = distilled_lessons(["a", "b", "c"], base, with_lessons, adapter)
+    assert list(out) == ["a"] and "base alone 0/2" in out["a"]
+    weak = EvalResult([0.0, 0.0, 1.0, 1.0], [[]] * 4)  # a's effect lost: 0/2 < Wilson lo of 2/2 (0.342)
+    assert distilled_lessons(["a"], base, with_lessons, weak) == {}
