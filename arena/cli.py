@@ -77,6 +77,12 @@ def run(
         Optional[list[str]],
         typer.Option("--hint-mode", help="Hints for all-fail groups: plan, feedback, answer (repeatable or comma-separated), or none. Default: feedback,answer."),
     ] = None,
+    curriculum: Annotated[str, typer.Option(help="Train difficulty: fixed, or frontier (move each family's difficulty to keep its train pass@1 in --target-pass).")] = "fixed",
+    target_pass: Annotated[str, typer.Option(help="Target band LO:HI of train pass@1 per family and round (frontier).")] = "0.3:0.7",
+    proposer: Annotated[str, typer.Option(help="Who writes proposed tasks: teacher (its model), local or openai:MODEL.")] = "teacher",
+    proposals: Annotated[Optional[int], typer.Option(help="Proposed tasks per family per round (frontier; default 2).")] = None,
+    proposal_samples: Annotated[int, typer.Option(help="Independent samples that must confirm a proposal's answer where no verifier exists.")] = 4,
+    proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -110,6 +116,8 @@ def run(
                 session=session, solver=solver, critic=critic, teacher=teacher, lesson_tokens=lesson_tokens,
                 library_tokens=library_tokens, utility_every=utility_every, utility_lessons=utility_lessons,
                 utility_tasks=utility_tasks, utility_samples=utility_samples, success_threshold=success_threshold,
+                curriculum=curriculum, target_pass=target_pass, proposer=proposer, proposals=proposals,
+                proposal_samples=proposal_samples, proposal_agreement=proposal_agreement,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
         # Validate tasks, endpoints and prompt sizes before touching the database, so bad input writes nothing.
@@ -170,9 +178,19 @@ def print_summary(summary: dict, console: Console) -> None:
     for r in summary.get("rounds", []):
         extra = ", ".join(f"{k} {v}" for k, v in r.items() if k.startswith("pass_at"))
         t.add_row(f"round {r['round']}", f"mean reward {r['mean_reward']}, {extra}")
+    for fam, rows in (summary.get("difficulty") or {}).items():
+        steps = " → ".join(f"{r['step']:+d}" + (f" ({r['train_pass_rate']:.2f})" if r["train_pass_rate"] is not None else "")
+                           for r in rows)
+        t.add_row(f"difficulty {fam}", f"rung (train pass@1) by round: {steps}")
+    if summary.get("proposed_tasks"):
+        t.add_row("proposed → accepted tasks", f"{summary['proposed_tasks']} → {summary['accepted_tasks']} "
+                  f"(rejected: {summary.get('proposal_rejections')})")
     t.add_row("held-out pass@1 before", _fmt_eval(summary.get("heldout_before")))
     t.add_row("held-out pass@1 after", _fmt_eval(summary.get("heldout_after")))
     t.add_row("  … after, no lessons", _fmt_eval(summary.get("heldout_after_no_lessons")))
+    if any(v["step"] != 0 for v in (summary.get("difficulty_final") or {}).values()):
+        t.add_row("held-out pass@1 at final difficulty", _fmt_eval(summary.get("heldout_final_difficulty")))
+        t.add_row("  … no lessons", _fmt_eval(summary.get("heldout_final_difficulty_no_lessons")))
     t.add_row("wall time", f"{summary.get('wall_time_s')} s")
     console.print(t)
 

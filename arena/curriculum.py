@@ -74,7 +74,7 @@ NO_KNOB: dict[str, str] = {
     "list_functions": "no difficulty setting",
 }
 
-MAX_RUNGS = 64  # rungs explored in each direction of a ladder (chain_sum has 19 up, 1 down from the default)
+MAX_RUNGS = 64  # rungs explored in each direction of a ladder (chain_sum has 18 up, 1 down from the default)
 
 
 # =======================================================================================
