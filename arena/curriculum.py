@@ -389,6 +389,8 @@ class SessionCurriculum:
             TaskError: the rung does not exist, does not fit the seed block or yields too few tasks.
             arena.config.ConfigError: its tasks are too long for the solver.
         """
+        if step == 0:  # the session's own draw, made before anything ran
+            return list(unit.start_train if split == "train" else unit.heldout)
         prefix = f"{unit.label}/{split}/{step_tag(step)}"
         stored = sorted((t for k, t in self.stored.items() if k.startswith(prefix) and t.origin == "generator"),
                         key=lambda t: t.task_key)
@@ -416,7 +418,7 @@ class SessionCurriculum:
         return drawn
 
     def _train_at(self, unit: _Unit, step: int) -> list[Task]:
-        tasks = unit.start_train if step == 0 else self._drawn(unit, "train", step, self.settings.train_tasks)
+        tasks = self._drawn(unit, "train", step, self.settings.train_tasks)
         proposed = sorted(
             (t for t in self.stored.values()
              if t.origin == "proposer" and _label(t.task_key) == unit.label
@@ -494,13 +496,18 @@ class SessionCurriculum:
         )
 
     def _available(self, unit: _Unit, step: int) -> bool:
-        """Whether rung ``step`` exists and yields train tasks that fit the solver (drawing and storing them)."""
+        """Whether rung ``step`` exists and yields train and held-out tasks that fit the solver.
+
+        Draws and stores both sets on success, so that a family can only move to a rung whose
+        final-difficulty held-out set can be measured too.
+        """
         from arena.config import ConfigError
 
         if self._rung(unit, step) is None:
             return False
         try:
             self._drawn(unit, "train", step, self.settings.train_tasks)
+            self._drawn(unit, "heldout", step, self.settings.heldout_tasks)
         except (TaskError, ConfigError):
             return False
         return True
@@ -601,10 +608,7 @@ class SessionCurriculum:
             return None
         out: list[Task] = []
         for label, unit in self.units.items():
-            if steps[label] == 0:
-                out += unit.heldout
-            else:
-                out += self._drawn(unit, "heldout", steps[label], self.settings.heldout_tasks)
+            out += self._drawn(unit, "heldout", steps[label], self.settings.heldout_tasks)
         return out
 
 

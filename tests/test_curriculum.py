@@ -171,6 +171,26 @@ def test_band_control_lowers_difficulty_when_the_solver_fails_and_stays_inside_t
     store.close()
 
 
+def test_a_family_that_returns_to_a_rung_meets_the_same_tasks_again(tmp_path):
+    def solver(messages, i):  # passes everything up to 3 digits, nothing at 4: oscillates between rungs -1 and 0
+        q = messages[-1]["content"]
+        ref, _ = chain_sum_reference(q)
+        return f"<answer>{ref if digits_of(q) <= 3 else int(ref) + 1}</answer>"
+
+    cfg, splits, store = session(tmp_path, families=(HARD,), curriculum="frontier", proposals=0, rounds=4)
+    summary = run_session(cfg, store, Roles(FakePolicy(solver), make_teacher()), splits, "osc",
+                          checkpointer=InMemorySaver())
+    assert [(r["step"], r["train_pass_rate"], r["action"]) for r in summary["difficulty"]["chain_sum"]] == [
+        (0, 0.0, "down"), (-1, 1.0, "up"), (0, 0.0, "down"), (-1, 1.0, "up"),
+    ]
+    by_round: dict[int, list[str]] = {}
+    for g in store.group_outcomes(store.get_session("osc").id):
+        by_round.setdefault(g.round, []).append(g.task_key)
+    assert by_round[1] == by_round[3] == [t.task_key for t in splits.train]
+    assert by_round[2] == by_round[4] == [f"chain_sum/train/s-01-{i:05d}" for i in range(4)]
+    store.close()
+
+
 def test_fixed_curriculum_keeps_the_train_tasks_and_records_the_difficulty(tmp_path):
     cfg, splits, store = session(tmp_path, families=(HARD,), rounds=2)
     summary = run_session(cfg, store, Roles(FakePolicy(curve_solver), make_teacher()), splits, "fixed",
