@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator

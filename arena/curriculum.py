@@ -49,6 +49,7 @@ from typing import Any, Literal
 
 from arena.extract import extract_answer, normalise_text
 from arena.tasks import (
+    SEED_BLOCK,
     FamilySpec,
     Task,
     TaskError,
@@ -59,7 +60,6 @@ from arena.tasks import (
     answers_match,
     make_slot_tasks,
     score,
-    SEED_BLOCK,
 )
 from lessons.curriculum_store import CurriculumRecords, CurriculumStep, ProposalRecord, StoredTask
 from lessons.store import LessonStore

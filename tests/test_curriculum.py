@@ -42,7 +42,7 @@ K = 8
 
 def test_default_chain_sum_ladder_follows_reasoning_gym_levels():
     ladder = DifficultyLadder(parse_family_spec(EASY))
-    cfg = lambda s: ladder.rung(s) and ladder.rung(s).overrides  # noqa: E731
+    cfg = lambda s: ladder.rung(s) and ladder.rung(s).overrides
     assert ladder.rung(0).levels == {"num_terms": 0, "num_digits": 1}  # 2 terms (level 0), up to 2 digits (level 1)
     assert cfg(0) == {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}
     assert cfg(1) == {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}  # terms first
@@ -106,7 +106,7 @@ def make_teacher(propose=None, confirm=None):
     def respond(messages, i):
         system = messages[0]["content"]
         if system == PROPOSER_SYSTEM:
-            parent = re.search(r"^Task: (.*)$", messages[-1]["content"], re.M).group(1)
+            parent = re.search(r"^Task: (.*)$", messages[-1]["content"], re.MULTILINE).group(1)
             return json.dumps(propose(parent)) if propose else "no idea"
         if system.startswith("You are a careful problem solver"):  # an independent confirmation sample
             return confirm(messages[-1]["content"], i)
@@ -297,7 +297,7 @@ def test_without_a_verifier_the_reference_needs_independent_agreement():
     def confirmer(n_right):
         return FakePolicy(lambda m, i: f"<answer>{'42' if i < n_right else '41'}</answer>", "critic")
 
-    kw = dict(checker=None, samples=4, agreement=0.75)
+    kw = {"checker": None, "samples": 4, "agreement": 0.75}
     q = "How many legs do 10 spiders and 1 bird have together?"
     ok = check(q, "42", confirm=confirmer(3), **kw)
     assert ok.accepted and ok.check == "agreement" and ok.check_detail["agree"] == 3 and ok.check_detail["needed"] == 3
@@ -418,7 +418,7 @@ def test_an_interrupted_frontier_session_resumes_with_the_same_trajectory(tmp_pa
     again = run_session(cfg, store, Roles(FakePolicy(curve_solver), make_teacher()), splits, "cut", resume=True,
                         checkpointer=saver)
     assert again["episodes"] == whole["episodes"] == 12
-    strip = lambda d: {f: [{k: v for k, v in r.items()} for r in rows] for f, rows in d.items()}  # noqa: E731
+    strip = lambda d: {f: [{k: v for k, v in r.items()} for r in rows] for f, rows in d.items()}
     assert strip(again["difficulty"]) == strip(whole["difficulty"])
     store.close()
 
@@ -442,7 +442,7 @@ def test_migration_0006_marks_existing_jsonl_tasks_as_file_tasks(tmp_path):
 
 def test_cli_refuses_proposals_without_the_frontier_curriculum(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "arena.cli", "run", "--db", str(tmp_path / "a.db"), "--proposals", "2"],
-                          capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == (
         "arena: error: proposed tasks need the frontier curriculum; pass --curriculum frontier or --proposals 0")
