@@ -85,6 +85,12 @@ def run(
     online_rubrics: Annotated[int, typer.Option(help="Every N episodes, add rubric criteria that separate current from reference rollouts (0: off).")] = 0,
     include_flagged: Annotated[bool, typer.Option("--include-flagged", help="Let reward-hack-flagged rollouts reach reflection.")] = False,
     adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter of the local solver: an id (adapter-0001) or a directory; its distilled lessons leave the prompt.")] = None,
+    curriculum: Annotated[str, typer.Option(help="Train difficulty: fixed, or frontier (move each family's difficulty to keep its train pass@1 in --target-pass).")] = "fixed",
+    target_pass: Annotated[str, typer.Option(help="Target band LO:HI of train pass@1 per family and round (frontier).")] = "0.3:0.7",
+    proposer: Annotated[str, typer.Option(help="Who writes proposed tasks: teacher (its model), local or openai:MODEL.")] = "teacher",
+    proposals: Annotated[Optional[int], typer.Option(help="Proposed tasks per family per round (frontier; default 2).")] = None,
+    proposal_samples: Annotated[int, typer.Option(help="Independent samples that must confirm a proposal's answer where no verifier exists.")] = 4,
+    proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -127,6 +133,8 @@ def run(
                 utility_tasks=utility_tasks, utility_samples=utility_samples,
                 success_threshold=success_threshold, reward=reward, online_rubrics=online_rubrics,
                 include_flagged=include_flagged,
+                curriculum=curriculum, target_pass=target_pass, proposer=proposer, proposals=proposals,
+                proposal_samples=proposal_samples, proposal_agreement=proposal_agreement,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
             if adapter is not None:
@@ -203,9 +211,19 @@ def print_summary(summary: dict, console: Console) -> None:
             t.add_row(f"critic vs verifier: {fam}", f"accuracy {c['accuracy']:.3f}, ECE {c['ece']:.3f}, n={c['n']}")
         for name, m in summary["heldout_mean_reward"].items():
             t.add_row(f"{name} mean reward", "-" if m is None else f"{m:.3f}")
+    for fam, rows in (summary.get("difficulty") or {}).items():
+        steps = " → ".join(f"{r['step']:+d}" + (f" ({r['train_pass_rate']:.2f})" if r["train_pass_rate"] is not None else "")
+                           for r in rows)
+        t.add_row(f"difficulty {fam}", f"rung (train pass@1) by round: {steps}")
+    if summary.get("proposed_tasks"):
+        t.add_row("proposed → accepted tasks", f"{summary['proposed_tasks']} → {summary['accepted_tasks']} "
+                  f"(rejected: {summary.get('proposal_rejections')})")
     t.add_row("held-out pass@1 before", _fmt_eval(summary.get("heldout_before")))
     t.add_row("held-out pass@1 after", _fmt_eval(summary.get("heldout_after")))
     t.add_row("  … after, no lessons", _fmt_eval(summary.get("heldout_after_no_lessons")))
+    if any(v["step"] != 0 for v in (summary.get("difficulty_final") or {}).values()):
+        t.add_row("held-out pass@1 at final difficulty", _fmt_eval(summary.get("heldout_final_difficulty")))
+        t.add_row("  … no lessons", _fmt_eval(summary.get("heldout_final_difficulty_no_lessons")))
     t.add_row("wall time", f"{summary.get('wall_time_s')} s")
     console.print(t)
 

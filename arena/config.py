@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -59,6 +60,13 @@ class SessionConfig(BaseModel):
     online_rubrics: int = 0  # every N episodes, add criteria that separate current from reference rollouts; 0: off
     include_flagged: bool = False  # let reward-hack-flagged rollouts reach reflection (excluded by default)
     adapter: str | None = None  # LoRA adapter directory of the local solver (arena distill); its distilled lessons leave the prompt
+    # self-play curriculum (arena.curriculum)
+    curriculum: Literal["fixed", "frontier"] = "fixed"  # fixed: train difficulty never moves; frontier: band control per family
+    target_pass: tuple[float, float] = (0.3, 0.7)  # band of train pass@1 per family and round that frontier keeps
+    proposer: str = "teacher"  # who writes proposed tasks: "teacher" (the teacher's policy), "local" or "openai:MODEL"
+    proposals: int | None = None  # proposed tasks per family per round; None: 2 with frontier, 0 with fixed
+    proposal_samples: int = 4  # independent samples that confirm a proposal's answer where no verifier exists
+    proposal_agreement: float = 0.75  # share of those samples that must agree with the proposed answer
 
     @field_validator("tasks_file")
     @classmethod
@@ -89,6 +97,26 @@ class SessionConfig(BaseModel):
     def _reward(cls, v: str) -> str:
         if v not in REWARDS:
             raise ValueError(f"must be one of {', '.join(REWARDS)}, got {v!r}")
+        return v
+
+    @field_validator("proposer")
+    @classmethod
+    def _proposer(cls, v: str) -> str:
+        if v != "teacher" and not _ROLE.match(v):
+            raise ValueError(f"must be 'teacher', 'local' or 'openai:MODEL', got {v!r}")
+        return v
+
+    @field_validator("target_pass", mode="before")
+    @classmethod
+    def _band(cls, v: object) -> object:
+        if isinstance(v, str):
+            lo, sep, hi = v.partition(":")
+            try:
+                if not sep:
+                    raise ValueError
+                return (float(lo), float(hi))
+            except ValueError:
+                raise ValueError(f"must be LO:HI, two numbers such as 0.3:0.7, got {v!r}") from None
         return v
 
     @field_validator("hint_modes", mode="before")
@@ -138,6 +166,25 @@ class SessionConfig(BaseModel):
             raise ValueError(f"judge_max_tokens must be >= 16, got {self.judge_max_tokens}")
         if self.adapter is not None and self.solver != "local":
             raise ValueError(f"--adapter needs the local solver (got --solver {self.solver})")
+        lo, hi = self.target_pass
+        if not 0.0 <= lo < hi <= 1.0:
+            raise ValueError(f"--target-pass must be LO:HI with 0 <= LO < HI <= 1, e.g. 0.3:0.7 (got {lo:g}:{hi:g})")
+        if self.proposals is not None:
+            if not 0 <= self.proposals <= 64:
+                raise ValueError(f"--proposals must be in [0, 64] per family and round, got {self.proposals}")
+            if self.proposals > 0 and self.curriculum != "frontier":
+                raise ValueError("proposed tasks need the frontier curriculum; pass --curriculum frontier or --proposals 0")
+        if not 1 <= self.proposal_samples <= 64:
+            raise ValueError(f"--proposal-samples must be in [1, 64], got {self.proposal_samples}")
+        if not 0.0 < self.proposal_agreement <= 1.0:
+            raise ValueError(f"--proposal-agreement must be in (0, 1], got {self.proposal_agreement}")
         if not self.families and self.tasks_file is None:
             raise ValueError("no tasks: pass --family NAME or --tasks-file F")
         return self
+
+    @property
+    def proposals_per_round(self) -> int:
+        """Proposed tasks per family per round: ``proposals``, or 2 with frontier and 0 with fixed when unset."""
+        if self.proposals is not None:
+            return self.proposals
+        return 2 if self.curriculum == "frontier" else 0

@@ -41,11 +41,12 @@ LIBRARY_FULL_FRACTION = 0.8  # the teacher is asked to merge/retire once the lib
 
 @dataclass
 class Roles:
-    """The policies behind the three roles. ``critic`` None: the verifier alone writes critiques."""
+    """The policies behind the roles. ``critic`` None: the verifier alone writes critiques; ``proposer`` None: the teacher's."""
 
     solver: Policy
     teacher: Policy
     critic: Policy | None = None
+    proposer: Policy | None = None  # writes proposed tasks (arena.curriculum); None: the teacher proposes
 
 
 @dataclass(frozen=True)

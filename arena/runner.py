@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agents.policy import Policy, sample_many
 from agents.solver import solver_messages
 from arena.config import ConfigError, SessionConfig
+from arena.curriculum import CurriculumSettings, SessionCurriculum, curriculum_summary
 from arena.extract import extract_answer
 from arena.graph import EpisodeSettings, Roles, build_episode_graph, retrieve_for_task
 from arena.stats import mean_pass_at_k, wilson_interval
@@ -67,6 +68,7 @@ def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
         solver=policy(cfg.solver, adapter),
         teacher=policy(cfg.teacher),
         critic=None if cfg.critic == "verifier" else policy(cfg.critic),
+        proposer=None if cfg.proposer == "teacher" or cfg.proposals_per_round == 0 else policy(cfg.proposer),
     )
 
 
@@ -205,7 +207,11 @@ def run_session(
             raise StoreError(f"no session named {session_name!r} in {store.url}; see `arena run --help`")
         session_id = info.id
         current = {(x.task_key, x.question) for x in [*splits.train, *splits.heldout]}
-        changed = [t.task_key for t in store.stored_tasks(session_name) if (t.task_key, t.question) not in current]
+        added = SessionCurriculum.added_task_keys(store, session_id)  # drawn or proposed during the session
+        changed = [
+            t.task_key for t in store.stored_tasks(session_name)
+            if (t.task_key, t.question) not in current and t.task_key not in added
+        ]
         if changed:
             raise StoreError(
                 f"the tasks of session {session_name!r} changed since it started ({changed[0]} and "
@@ -257,6 +263,17 @@ def run_session(
     graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer, reward=reward, rubric_store=rubric_store)
     online_due: list[str] = []  # episode keys since the last online-rubric update
     online_log: list[Any] = []  # OnlineUpdate per task per update, for the summary
+    curriculum = SessionCurriculum(
+        CurriculumSettings(
+            mode=cfg.curriculum, band=tuple(cfg.target_pass), proposals=cfg.proposals_per_round,
+            samples=cfg.proposal_samples, agreement=cfg.proposal_agreement, train_tasks=cfg.train_tasks,
+            heldout_tasks=cfg.heldout_tasks, seed=cfg.seed, success_threshold=cfg.success_threshold,
+            teacher_max_tokens=cfg.teacher_max_tokens, max_tokens=cfg.max_tokens,
+        ),
+        store, session_id, splits, task_by_key,
+        proposer=roles.proposer or roles.teacher, confirm=roles.critic or roles.teacher,
+        fits=lambda tasks: check_prompt_lengths(roles.solver, tasks, cfg),
+    )  # chooses each round's train tasks; held-out stays splits.heldout
     progress = (
         Progress(
             TextColumn("[bold]{task.description}"),
@@ -275,12 +292,12 @@ def run_session(
             progress.start()
         done_evals = store.evaluations(session_id)
 
-        def run_eval(name: str, with_lessons: bool) -> None:
+        def run_eval(name: str, with_lessons: bool, heldout: Sequence[Task] = splits.heldout) -> None:
             if name in done_evals:
                 return
-            bar = progress.add_task(f"eval {name}", total=len(splits.heldout), status="") if progress else None
+            bar = progress.add_task(f"eval {name}", total=len(heldout), status="") if progress else None
             rewards, details = evaluate_heldout(
-                store, roles.solver, splits.heldout, with_lessons, cfg.lesson_tokens, cfg.max_tokens, reward, session_id,
+                store, roles.solver, heldout, with_lessons, cfg.lesson_tokens, cfg.max_tokens, reward, session_id,
                 exclude,
             )
             s = _eval_summary(rewards)
@@ -291,13 +308,14 @@ def run_session(
         run_eval("heldout_before", True)
         finished = store.finished_episode_keys(session_id)
         for rnd in range(1, cfg.rounds + 1):
+            round_tasks = curriculum.tasks_for_round(rnd)
             bar = (
-                progress.add_task(f"round {rnd}/{cfg.rounds}", total=len(splits.train), status="")
+                progress.add_task(f"round {rnd}/{cfg.rounds}", total=len(round_tasks), status="")
                 if progress
                 else None
             )
             rewards_so_far: list[float] = []
-            for task in splits.train:
+            for task in round_tasks:
                 key = f"r{rnd:03d}-{task.task_key}"
                 if key not in finished:
                     thread = {"configurable": {"thread_id": f"{thread_prefix}/{key}"}}
@@ -328,8 +346,13 @@ def run_session(
                 if progress:
                     mean = sum(rewards_so_far) / len(rewards_so_far) if rewards_so_far else float("nan")
                     progress.update(bar, advance=1, status=f"mean reward {mean:.3f}")
+            curriculum.end_round(rnd)  # band decision per family, then proposals
         run_eval("heldout_after", True)
         run_eval("heldout_after_no_lessons", False)
+        final_heldout = curriculum.final_heldout()  # None: every family ended at its starting difficulty
+        if final_heldout is not None:
+            run_eval("heldout_final_difficulty", True, final_heldout)
+            run_eval("heldout_final_difficulty_no_lessons", False, final_heldout)
     except KeyboardInterrupt:
         store.set_session_status(session_id, "interrupted")
         raise
@@ -406,6 +429,14 @@ def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: S
     summary.update(hint_summary(store.group_outcomes(session_id), cfg.success_threshold))
     if cfg.reward != "verifier":
         summary.update(rubric_summary(RubricStore(store), session_id, evals))
+    summary.update(curriculum_summary(store, session_id))
+    for name, same in (("heldout_final_difficulty", "heldout_after"),
+                       ("heldout_final_difficulty_no_lessons", "heldout_after_no_lessons")):
+        e = evals.get(name)  # absent when no family moved: the final difficulty is the starting one
+        summary[name] = (
+            {"pass_at_1": round(e.pass_at_1, 4), "n": e.n, "ci95": [round(e.ci_lo, 4), round(e.ci_hi, 4)]}
+            if e is not None else summary[same]
+        )
     return summary
 
 

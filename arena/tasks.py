@@ -44,18 +44,20 @@ __all__ = [
     "Task",
     "TaskError",
     "TaskSplits",
+    "answers_match",
     "available_families",
     "has_verifier",
     "load_tasks",
     "load_tasks_file",
     "make_family_tasks",
+    "make_slot_tasks",
     "parse_family_spec",
     "score",
     "verifier_feedback",
 ]
 
 Split = Literal["train", "heldout"]
-Source = Literal["reasoning_gym", "jsonl"]
+Source = Literal["reasoning_gym", "jsonl", "proposed"]
 
 # --- seeding of reasoning-gym draws ----------------------------------------------------
 # Most reasoning-gym datasets build item ``idx`` from ``Random(dataset_seed + idx)``, so two
@@ -95,7 +97,8 @@ class Task:
         split: ``"train"`` (the loop learns on it) or ``"heldout"`` (evaluation only).
         question: the prompt shown to the solver.
         answer: the reference answer; reaches the critic only, never the solver.
-        source: ``"reasoning_gym"`` or ``"jsonl"``.
+        source: ``"reasoning_gym"`` (the family's ``score_answer``), ``"jsonl"`` or ``"proposed"``
+            (a proposer-written task confirmed by agreement: exact/numeric match, as JSONL).
         metadata: for reasoning-gym, ``overrides``, ``dataset_seed``, ``dataset_size``,
             ``index`` (enough to regenerate ``entry``) and ``rg_metadata`` (the entry's
             own metadata, made JSON-safe); for JSONL, the line's metadata plus ``source_file``/``source_line``.
@@ -385,11 +388,57 @@ def make_family_tasks(
     return train, heldout
 
 
+def make_slot_tasks(
+    spec: FamilySpec,
+    split: Split,
+    n: int,
+    seed: int,
+    *,
+    occurrence: int,
+    slot: int,
+    tag: str,
+    exclude: set[str],
+) -> list[Task]:
+    """Draw ``n`` more tasks of one split from another slot of its seed block (the curriculum's draws).
+
+    Slot 0 is what :func:`make_family_tasks` draws; slot ``s`` uses the per-item generator seeds
+    ``dataset_seed(seed, split, occurrence) + s * (10 n + 50) + idx``, so draws of different
+    slots never share a generator seed, and never one of the other split.
+
+    Args:
+        spec: the family and the overrides to draw with (e.g. a harder rung of its ladder).
+        split: ``"train"`` or ``"heldout"``.
+        n: tasks to draw (≥ 1).
+        seed: the session seed.
+        occurrence: index of the spec among specs of the same family (see :func:`make_family_tasks`).
+        slot: ≥ 1; ``(slot + 1) * (10 n + 50)`` must fit in :data:`SEED_BLOCK`.
+        tag: inserted before the index in task keys: ``"{label}/{split}/{tag}{i:05d}"``.
+        exclude: normalised questions not to draw (updated with the drawn ones).
+
+    Raises:
+        TaskError: the slot does not fit in the seed block, a bad configuration, a generator
+            failure, or too few distinct questions.
+    """
+    size = _max_draws(n)
+    if slot < 1 or (slot + 1) * size > SEED_BLOCK:
+        raise TaskError(f"cannot draw slot {slot} of {n} tasks: the seed block holds {SEED_BLOCK // size - 1} slots")
+    label = spec.name if occurrence == 0 else f"{spec.name}#{occurrence + 1}"
+    return _draw(spec, split, n, seed, occurrence, label, exclude, offset=slot * size, tag=tag)
+
+
 def _draw(
-    spec: FamilySpec, split: Split, n: int, seed: int, occurrence: int, label: str, seen: set[str]
+    spec: FamilySpec,
+    split: Split,
+    n: int,
+    seed: int,
+    occurrence: int,
+    label: str,
+    seen: set[str],
+    offset: int = 0,
+    tag: str = "",
 ) -> list[Task]:
     """n tasks of one split whose normalised question is not in ``seen`` (updated)."""
-    ds_seed = dataset_seed(seed, split, occurrence)
+    ds_seed = dataset_seed(seed, split, occurrence) + offset
     size = _max_draws(n)
     dataset = _make_dataset(spec, seed=ds_seed, size=size)
     _remember(spec, ds_seed, size, dataset)
@@ -405,7 +454,7 @@ def _draw(
         seen.add(key)
         tasks.append(
             Task(
-                task_key=f"{label}/{split}/{len(tasks):05d}",
+                task_key=f"{label}/{split}/{tag}{len(tasks):05d}",
                 family=spec.name,
                 split=split,
                 question=str(entry["question"]),
@@ -492,6 +541,11 @@ def _clamp(x: float) -> float:
     return 0.0 if math.isnan(x) else max(0.0, min(1.0, x))
 
 
+def answers_match(extracted: str, reference: str) -> bool:
+    """Exact match after normalisation, or numeric match (``|a - b| <= 1e-6 * max(1, |b|)``): the JSONL verifier."""
+    return _jsonl_match(extracted, reference)
+
+
 def _jsonl_match(extracted: str, reference: str) -> bool:
     if normalise_text(extracted) == normalise_text(reference):
         return True
@@ -505,7 +559,7 @@ def score(task: Task, extracted: str | None) -> float:
     - reasoning-gym tasks: the family dataset's ``score_answer(answer, entry)``
       (reasoning-gym; may give partial credit), with dataset instances cached per
       family and overrides; a missing ``entry`` is regenerated from the task metadata.
-    - JSONL tasks: 1.0 on an exact match after normalisation (strip, case-fold, collapse
+    - JSONL and ``"proposed"`` tasks: 1.0 on an exact match after normalisation (strip, case-fold, collapse
       whitespace) or a numeric match (``|a - b| <= 1e-6 * max(1, |b|)``), else 0.0.
 
     Args:
@@ -523,7 +577,7 @@ def score(task: Task, extracted: str | None) -> float:
         raise TaskError(f"task {task.task_key} has no verifier (its file line gives a rubric but no \"answer\"); grade it with --reward rubric-explicit")
     if extracted is None or not extracted.strip():
         return 0.0
-    if task.source == "jsonl":
+    if task.source in ("jsonl", "proposed"):
         return 1.0 if _jsonl_match(extracted, task.answer) else 0.0
     entry = _entry_of(task)
     dataset = _cached_dataset(_task_spec(task))

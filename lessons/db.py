@@ -49,7 +49,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 SESSION_STATUSES = ("running", "finished", "failed", "interrupted")
 SPLITS = ("train", "heldout")
-TASK_SOURCES = ("reasoning_gym", "jsonl")
+TASK_SOURCES = ("reasoning_gym", "jsonl", "proposed")  # "proposed": exact/numeric match on an agreed reference
+# Where a task came from (arena.curriculum): a generator draw, a task file, or the proposer role.
+TASK_ORIGINS = ("generator", "file", "proposer")
+PROPOSAL_STATUSES = ("accepted", "rejected")
 LESSON_STATUSES = ("candidate", "active", "retired", "distilled")
 # ADD/EDIT/MERGE/RETIRE/UPVOTE/DOWNVOTE are curation ops (ACE, ExpeL); TAG_NEUTRAL records a
 # neutral tag; PROMOTE a candidate becoming active on evidence; IMPORT a lesson read from a
@@ -158,6 +161,11 @@ class SessionRow(Base):
     evaluations: Mapped[list[EvaluationRow]] = relationship(back_populates="session", passive_deletes=True)
 
 
+def _default_origin(context: Any) -> str:
+    """The ``origin`` of a task row inserted without one: ``"file"`` for JSONL tasks, else ``"generator"``."""
+    return "file" if context.get_current_parameters().get("source") == "jsonl" else "generator"
+
+
 class TaskRow(Base):
     """One prompt with a reference answer (and its verifier's data in ``meta``)."""
 
@@ -173,6 +181,12 @@ class TaskRow(Base):
     answer: Mapped[LongText]  # the reference answer
     source: Mapped[str] = mapped_column(String(50))  # e.g. one of TASK_SOURCES
     meta: Mapped[JSONDict] = mapped_column("metadata", JSON())  # verifier data etc.
+    # one of TASK_ORIGINS; inserts that do not say get "file" for JSONL tasks, else "generator"
+    origin: Mapped[str] = mapped_column(String(20), default=_default_origin, server_default="generator")
+    # proposer tasks: the task they are a variant of
+    parent_task_id: Mapped[int | None] = mapped_column(
+        ForeignKey("tasks.id", ondelete="SET NULL"), index=True, nullable=True
+    )
 
     session: Mapped[SessionRow] = relationship(back_populates="tasks")
 
@@ -452,6 +466,55 @@ class AdapterLessonRow(Base):
     adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id", ondelete="CASCADE"))  # adapters.id
     lesson_id: Mapped[int] = mapped_column(ForeignKey("lessons.id", ondelete="CASCADE"), index=True)  # lessons.id
     relation: Mapped[str] = mapped_column(String(20))  # one of ADAPTER_LESSON_RELATIONS
+
+
+class CurriculumStepRow(Base):
+    """The difficulty one task family (spec) trained at in one round, and the band decision after it.
+
+    Written by :mod:`arena.curriculum`: the row appears when the round starts (``step``,
+    ``levels``, ``config``) and is completed when the round ends (``groups``, ``pass_rate``,
+    ``action``, ``next_step``, then ``proposals_done``).
+    """
+
+    __tablename__ = "curriculum_steps"
+    __table_args__ = (UniqueConstraint("session_id", "round", "family"),)
+
+    id: Mapped[intpk]
+    session_id: Mapped[int] = _fk("sessions.id")
+    round: Mapped[int]
+    family: Mapped[str] = mapped_column(String(150))  # the spec's task-key label, e.g. "chain_sum" or "chain_sum#2"
+    step: Mapped[int]  # rung of the family's difficulty ladder; 0 is the spec as given
+    levels: Mapped[JSONDict]  # reasoning-gym curriculum attribute -> level index ({} without a curriculum)
+    config: Mapped[JSONDict]  # the family config overrides the round's generator tasks were drawn with
+    groups: Mapped[int | None]  # groups (episodes) of this family in the round
+    pass_rate: Mapped[float | None] = mapped_column(Float)  # mean unguided pass@1 of those groups
+    action: Mapped[str | None] = mapped_column(String(20))  # up / down / stay / at_max / at_min / fixed / no_data
+    next_step: Mapped[int | None]  # the step of the next round
+    proposals_done: Mapped[bool] = mapped_column(default=False, server_default=false())
+    created_at: Mapped[created_ts]
+
+
+class TaskProposalRow(Base):
+    """One task written by the proposer role near a failed or barely-solved parent, accepted or rejected with why."""
+
+    __tablename__ = "task_proposals"
+
+    id: Mapped[intpk]
+    session_id: Mapped[int] = _fk("sessions.id")
+    round: Mapped[int]  # the round after which it was proposed
+    parent_task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    proposer: Mapped[str] = mapped_column(String(200))  # the proposer policy's name
+    question: Mapped[str | None] = mapped_column(Text())  # None when the reply could not be parsed
+    answer: Mapped[str | None] = mapped_column(Text())  # the proposed reference answer
+    justification: Mapped[str | None] = mapped_column(Text())
+    status: Mapped[str] = mapped_column(String(20))  # one of PROPOSAL_STATUSES
+    reason_code: Mapped[str | None] = mapped_column(String(40))  # rejections: e.g. "verifier_disagrees"
+    reason: Mapped[str | None] = mapped_column(Text())  # rejections: one line saying why
+    check: Mapped[str | None] = mapped_column(String(20))  # "verifier" or "agreement": how it was checked
+    check_detail: Mapped[JSONDict]  # e.g. the computed answer, or the independent samples' answers
+    task_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True)
+    raw: Mapped[JSONList]  # the proposer's raw replies
+    created_at: Mapped[created_ts]
 
 
 # --------------------------------------------------------------------------- migrations
