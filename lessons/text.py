@@ -40,7 +40,8 @@ def neutralise_lesson(text: str) -> str:
     ``role -``, and the text is one line (no turn can start on a new line). Ordinary advice
     (``End with <answer></answer> tags``) is unchanged.
     """
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    if not text.isascii():  # ASCII has no format characters: skip the per-character scan
+        text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
     text = _CONTROL.sub(" ", text)
     text = _ROLE.sub(lambda m: f"{m.group(1).lower()} - ", text)
     return re.sub(r"\s+", " ", text).strip()
