@@ -75,7 +75,7 @@ class AdaptersScreen(DataScreen):
         yield Static("Adapters", classes="title", id="adapters-title")
         with Horizontal():
             table: DataTable = DataTable(id="adapters", cursor_type="row", zebra_stripes=True)
-            table.add_columns("adapter", "objective", "lessons", "pass@1 base+lessons → adapter")
+            table.add_columns("adapter", "objective", "lessons", "pass@1 +lessons → adapter")
             yield table
             with VerticalScroll(id="adapter-detail"):
                 yield Static("", id="adapter-body")

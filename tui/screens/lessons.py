@@ -8,13 +8,14 @@ worker and are written as lesson events with origin ``{"by": "tui"}``.
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
 from lessons.db import LESSON_STATUSES
@@ -44,9 +45,12 @@ def render_detail(d: LessonDetail) -> Group:
         f"created {les.created_at:%Y-%m-%d %H:%M}{updated}",
         style="dim",
     )
-    hist = Table(title="history", title_justify="left", expand=True)
-    for col in ("at", "op", "change", "why", "from"):
-        hist.add_column(col)
+    hist = Table(title="history", title_justify="left", expand=True, box=box.SIMPLE_HEAD, padding=(0, 1))
+    hist.add_column("at (UTC)", no_wrap=True)
+    hist.add_column("op", no_wrap=True)
+    hist.add_column("change", ratio=3)
+    hist.add_column("why", ratio=2)
+    hist.add_column("from", no_wrap=True)
     for ev in d.events:
         if ev.episode_id is not None:
             src = f"episode {ev.episode_id}"
@@ -72,7 +76,7 @@ def render_detail(d: LessonDetail) -> Group:
     lin.append(f"  adapters: {adapters}\n")
     parts = [head, Text(les.text), counters, hist, lin]
     if d.utility_history:
-        ut = Table(title="utility A/B", title_justify="left")
+        ut = Table(title="utility A/B", title_justify="left", box=box.SIMPLE_HEAD)
         for col in ("at", "n", "with", "without", "effect", "95% CI"):
             ut.add_column(col)
         for u in d.utility_history:
@@ -113,7 +117,7 @@ class LessonsScreen(DataScreen):
             yield Select([(s, s) for s in LESSON_STATUSES], prompt="any status", id="status", allow_blank=True)
             yield Select([], prompt="any family", id="family", allow_blank=True)
         yield Static("", id="page-info")
-        with Horizontal(id="lesson-body"):
+        with Vertical(id="lesson-body"):
             table: DataTable = DataTable(id="lessons", cursor_type="row", zebra_stripes=True)
             table.add_column("id", key="id", width=18)
             table.add_column("status", key="status", width=9)
