@@ -35,11 +35,15 @@ def fx(tmp_path: Path) -> Path:
 
 
 async def settle(pilot) -> None:
-    """Let workers finish and their call_from_thread updates land."""
-    for _ in range(3):
-        await pilot.pause()
-        await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
+    """Let workers finish, their call_from_thread updates land, and widgets lay out on idle
+    (DataTable sizes its columns in an idle handler)."""
+    quiet = 0
+    for _ in range(200):  # until no worker has run for 3 rounds in a row (at most ~10 s on a loaded machine)
+        await pilot.pause(0.02)
+        busy = any(not w.is_finished for w in pilot.app.workers if w.group != "poll")
+        quiet = 0 if busy else quiet + 1
+        if quiet >= 3:
+            break
 
 
 def rows(app) -> list[list[str]]:
@@ -223,14 +227,14 @@ async def test_missing_database_screen_then_data_arrives(tmp_path: Path):
         assert f"arena run --db {path}" in text_of(app, "#notice")
         assert not path.exists()  # the TUI does not create the file
         LessonStore(path).close()  # `arena run` creates the schema: still empty
-        for _ in range(40):
+        for _ in range(200):
             await pilot.pause(0.05)
             if isinstance(app.screen, NoticeScreen) and app.screen.kind == "empty":
                 break
         assert app.screen.kind == "empty" and f"arena run --db {path}" in text_of(app, "#notice")
         with LessonStore(path) as store:
             store.create_session("run-new", {}, seed=0)
-        for _ in range(40):
+        for _ in range(200):
             await pilot.pause(0.05)
             if isinstance(app.screen, SessionsScreen):
                 break

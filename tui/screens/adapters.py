@@ -75,7 +75,8 @@ class AdaptersScreen(DataScreen):
         yield Static("Adapters", classes="title", id="adapters-title")
         with Horizontal():
             table: DataTable = DataTable(id="adapters", cursor_type="row", zebra_stripes=True)
-            table.add_columns("adapter", "objective", "lessons", "pass@1 +lessons → adapter")
+            for label, width in (("adapter", 14), ("objective", 10), ("lessons", 7), ("pass@1 +lessons → adapter", 25)):
+                table.add_column(label, width=width)
             yield table
             with VerticalScroll(id="adapter-detail"):
                 yield Static("", id="adapter-body")

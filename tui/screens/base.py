@@ -61,9 +61,17 @@ class DataScreen(Screen):
         """Fetch in a worker and show the result (a newer reload cancels an older one)."""
         self._load()
 
+    _shown: Any = None  # the last result shown (a reload with equal data redraws nothing)
+
     @work(thread=True, exclusive=True, group="load", exit_on_error=False)
     def _load(self) -> None:
-        self.run_in_thread(self.fetch, self.show)
+        self.run_in_thread(self.fetch, self._show_if_new)
+
+    def _show_if_new(self, result: Any) -> None:
+        if self._shown is not None and result == self._shown:
+            return
+        self._shown = result
+        self.show(result)
 
     def run_in_thread(self, fetch: Callable[[], Any], show: Callable[[Any], None]) -> None:
         """Call ``fetch()`` (this thread), then ``show(result)`` on the event loop unless cancelled;

@@ -198,8 +198,10 @@ class LessonsScreen(DataScreen):
 
     @on(DataTable.RowHighlighted, "#lessons")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key is not None and event.row_key.value != self.selected:
-            self.load_detail(str(event.row_key.value))
+        # the cursor's row now, not the event's: a reload's clear() highlights row 0 before the cursor is restored
+        lid = self.current_id()
+        if lid is not None and lid != self.selected:
+            self.load_detail(lid)
 
     @on(DataTable.RowSelected, "#lessons")
     def _selected(self, event: DataTable.RowSelected) -> None:

@@ -32,7 +32,9 @@ class SessionScreen(DataScreen):
         yield Static(f"Session {self.session_name}", classes="title", id="session-title")
         with Horizontal():
             table: DataTable = DataTable(id="episodes", cursor_type="row", zebra_stripes=True)
-            table.add_columns("round", "task", "family", "rewards", "guided", "mean", "lessons in context")
+            for label, width in (("round", 5), ("task", 24), ("family", 12), ("rewards", 16), ("guided", 8),
+                                 ("mean", 4), ("lessons in context", 30)):
+                table.add_column(label, width=width)
             yield table
             yield LearningCurvePlot(id="curve")
         yield Footer()

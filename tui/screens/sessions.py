@@ -23,8 +23,10 @@ class SessionsScreen(DataScreen):
         yield Header()
         yield Static("Sessions", classes="title", id="sessions-title")
         table: DataTable = DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
-        table.add_columns("name", "started (UTC)", "status", "rounds", "episodes", "rollouts", "mean reward",
-                          "held-out pass@1 before → after")
+        # fixed widths: the table lays out at once instead of on the next idle (stable snapshots)
+        for label, width in (("name", 24), ("started (UTC)", 16), ("status", 11), ("rounds", 6), ("episodes", 8),
+                             ("rollouts", 8), ("mean reward", 11), ("held-out pass@1 before → after", 30)):
+            table.add_column(label, width=width)
         yield table
         yield Footer()
 
