@@ -16,7 +16,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -460,8 +460,7 @@ class ArenaData:
                 events=[],
                 reflection_error=e.reflection_error,
             )
-        events = self._events(LessonEventRow.episode_id == episode_id)
-        return EpisodeDetail(**{**detail.__dict__, "events": events})
+        return replace(detail, events=self._events(LessonEventRow.episode_id == episode_id))
 
     def _events(self, where: Any) -> list[EventInfo]:
         from sqlalchemy.orm import aliased
@@ -615,7 +614,11 @@ class ArenaData:
     # ----------------------------------------------------------------- adapters
 
     def has_adapters(self) -> bool:
-        """Whether the database has the distillation tables ``adapters`` and ``adapter_lessons``."""
+        """Whether the database has the distillation tables ``adapters`` and ``adapter_lessons``.
+
+        A True answer is cached; False is looked up again next time, so tables created by a
+        later ``arena distill`` show up without restarting the TUI.
+        """
         if not self._has_adapters:
             with self.store._read() as s:  # noqa: SLF001
                 names = set(inspect(s.connection()).get_table_names())
