@@ -1,0 +1,1 @@
+"""Screens of the TUI: sessions, session, episode, lessons, adapters, notices and modals."""

@@ -1,0 +1,81 @@
+"""Session: its episodes (group rewards, guided or not, lessons in context) and its learning curve."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Footer, Header, Static
+
+from tui.data import EpisodeSummary, LearningCurve
+from tui.screens.base import DataScreen
+from tui.widgets.curve import LearningCurvePlot
+
+
+def fmt_rewards(rs: list[float]) -> str:
+    """Rewards of a group, compactly: ``1 0 0.5``."""
+    return " ".join(f"{r:g}" if r in (0.0, 1.0) else f"{r:.2f}" for r in rs)
+
+
+class SessionScreen(DataScreen):
+    """One session: an episodes table and a learning-curve panel; ``enter`` opens an episode."""
+
+    BINDINGS = [("enter", "open", "Open episode"), ("escape", "back", "Back")]
+
+    def __init__(self, session_id: int, name: str) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.session_name = name
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(f"Session {self.session_name}", classes="title", id="session-title")
+        with Horizontal():
+            table: DataTable = DataTable(id="episodes", cursor_type="row", zebra_stripes=True)
+            for label, width in (("round", 5), ("task", 24), ("family", 12), ("rewards", 16), ("guided", 8),
+                                 ("mean", 4), ("lessons in context", 30)):
+                table.add_column(label, width=width)
+            yield table
+            yield LearningCurvePlot(id="curve")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = self.session_name
+
+    def fetch(self) -> tuple[list[EpisodeSummary], LearningCurve]:
+        return self.data.episodes(self.session_id), self.data.learning_curve(self.session_id)
+
+    def show(self, result: tuple[list[EpisodeSummary], LearningCurve]) -> None:
+        episodes, curve = result
+        table = self.query_one("#episodes", DataTable)
+        keep = table.cursor_row
+        table.clear()
+        for e in episodes:
+            guided = fmt_rewards(e.guided_rewards) if e.guided_rewards else "-"
+            lessons = ", ".join(e.lessons_in_context) if e.lessons_in_context else "-"
+            table.add_row(str(e.round), e.task_key, e.family, fmt_rewards(e.rewards), guided, f"{e.mean_reward:.2f}",
+                          lessons, key=str(e.id))
+        if episodes:
+            table.move_cursor(row=min(keep, len(episodes) - 1))
+        n_guided = sum(1 for e in episodes if e.guided_rewards)
+        self.query_one("#session-title", Static).update(
+            f"Session {self.session_name} · {len(episodes)} episodes · {n_guided} with hints"
+        )
+        self.query_one(LearningCurvePlot).show(curve)
+
+    @on(DataTable.RowSelected, "#episodes")
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        self._open(int(str(event.row_key.value)))
+
+    def action_open(self) -> None:
+        table = self.query_one("#episodes", DataTable)
+        if table.row_count:
+            self._open(int(str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)))
+
+    def _open(self, episode_id: int) -> None:
+        from tui.screens.episode import EpisodeScreen
+
+        self.app.push_screen(EpisodeScreen(episode_id))
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
