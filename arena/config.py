@@ -48,6 +48,7 @@ class SessionConfig(BaseModel):
     solver: str = "local"  # "local" or "openai:MODEL"
     critic: str = "verifier"  # "verifier" (no model), "local" or "openai:MODEL"
     teacher: str = "local"  # "local" or "openai:MODEL"
+    concurrency: int = 4  # episodes of a round in flight at once (their model calls are batched together)
 
     @field_validator("tasks_file")
     @classmethod
@@ -103,6 +104,8 @@ class SessionConfig(BaseModel):
             raise ValueError(f"success threshold must be in (0, 1] (rewards are in [0, 1]), got {self.success_threshold}")
         if self.lesson_tokens < 0:
             raise ValueError(f"--lesson-tokens must be >= 0 (0 disables lessons in context), got {self.lesson_tokens}")
+        if not 1 <= self.concurrency <= 64:
+            raise ValueError(f"concurrency must be in [1, 64] episodes in flight, got {self.concurrency}")
         if not self.families and self.tasks_file is None:
             raise ValueError("no tasks: pass --family NAME or --tasks-file F")
         return self
