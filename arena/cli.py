@@ -95,6 +95,7 @@ def run(
         Optional[list[str]],
         typer.Option("--hint-mode", help="Hints for all-fail groups: plan, feedback, answer (repeatable or comma-separated), or none. Default: feedback,answer."),
     ] = None,
+    concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 4,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -126,7 +127,7 @@ def run(
                 db=db, families=families, tasks_file=tasks_file, train_tasks=train_tasks, heldout_tasks=heldout_tasks,
                 rounds=rounds, rollouts=rollouts, temperature=temperature, max_tokens=max_tokens, seed=seed,
                 session=session, solver=solver, critic=critic, teacher=teacher, lesson_tokens=lesson_tokens,
-                success_threshold=success_threshold,
+                success_threshold=success_threshold, concurrency=concurrency,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
         # Validate tasks, endpoints and prompt sizes before touching the database, so bad input writes nothing.
