@@ -5,7 +5,8 @@ episodes running concurrently, a teacher's reply — as *rows* of one batched de
 
 * rows are sorted by prompt length and packed into batches (:func:`plan_batches`) so that left
   padding stays short and the KV cache stays inside a token budget;
-* one prefill forward over the left-padded prompts fills a ``transformers`` ``DynamicCache``;
+* one prefill forward over the left-padded prompts fills a KV cache of preallocated slabs (a
+  transformers ``Cache`` whose layers write in place instead of concatenating every step);
   then one forward per step decodes one token for every unfinished row;
 * every row has its own temperature (0 = greedy), max tokens, stop strings and random stream:
   a ``torch.Generator`` seeded from the request's seed and the row's index draws one uniform
@@ -14,15 +15,16 @@ episodes running concurrently, a teacher's reply — as *rows* of one batched de
   rows share its batch — up to floating-point differences between batched and unbatched matmuls
   (see :func:`decode_rows`);
 * finished rows (end of turn, pad, a stop string, max tokens) leave the batch: their entries
-  are dropped from the KV cache, so long rows do not make short ones pay for their steps.
-
-This is the continuous-batching idea of Orca (Yu et al., OSDI 2022) and vLLM in its simplest
-static form (rows leave early, none join mid-flight), on top of transformers' model forward
-and cache classes.
+  are dropped from the KV cache, so long rows do not make short ones pay for their steps;
+* new rows join the running batch between steps (:meth:`DecodeEngine.admit`): prefilled on
+  their own, then stacked under the running rows — continuous batching as in Orca (Yu et al.,
+  OSDI 2022) and vLLM, without paged attention (rows share one padded width), on top of
+  transformers' model forward and cache classes.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 from collections.abc import Callable, Sequence
@@ -129,17 +131,80 @@ def _cache_kwarg(model) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-def _keep_rows(cache, keep: torch.Tensor) -> None:
-    """Drop finished rows from a ``DynamicCache`` (batch dimension), in place."""
-    cache.batch_select_indices(keep)
+@functools.lru_cache(maxsize=1)
+def _slab_layer_class():
+    """A transformers ``DynamicLayer`` that writes into a preallocated buffer instead of ``torch.cat``.
+
+    ``DynamicLayer.update`` concatenates the whole cache with each new token, copying
+    (B, H, S, D) keys and values of every layer at every step; with 64 rows that copy costs as
+    much as the matmuls on a CPU. A slab of capacity S + max new tokens is written in place;
+    ``keys`` / ``values`` are views of its filled part.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    class SlabLayer(DynamicLayer):
+        def __init__(self, capacity: int) -> None:
+            super().__init__()
+            self.capacity = capacity
+            self.length = 0
+            self.k_buf: torch.Tensor | None = None
+            self.v_buf: torch.Tensor | None = None
+
+        def _views(self) -> None:
+            self.keys = self.k_buf[:, :, : self.length]
+            self.values = self.v_buf[:, :, : self.length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            B, H, q, D = key_states.shape
+            if self.k_buf is None:
+                self.k_buf = key_states.new_zeros((B, H, max(self.capacity, q), D))
+                self.v_buf = value_states.new_zeros((B, H, max(self.capacity, q), D))
+                self.device, self.is_initialized = key_states.device, True
+            if self.length + q > self.k_buf.shape[2]:  # past capacity (not expected): grow
+                grow = self.length + q - self.k_buf.shape[2]
+                self.k_buf = torch.nn.functional.pad(self.k_buf, (0, 0, 0, grow))
+                self.v_buf = torch.nn.functional.pad(self.v_buf, (0, 0, 0, grow))
+            self.k_buf[:, :, self.length : self.length + q] = key_states
+            self.v_buf[:, :, self.length : self.length + q] = value_states
+            self.length += q
+            self._views()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def select_rows(self, idx: torch.Tensor) -> None:
+            self.k_buf, self.v_buf = self.k_buf[idx], self.v_buf[idx]
+            self._views()
+
+        def trim_left(self, cols: int) -> None:
+            self.k_buf, self.v_buf = self.k_buf[:, :, cols:], self.v_buf[:, :, cols:]
+            self.length -= cols
+            self._views()
+
+        def merge(self, other: "SlabLayer", capacity: int) -> None:
+            """Stack ``other``'s rows under this layer's, both right-aligned at the longer length."""
+            S = max(self.length, other.length)
+            B1, B2 = self.k_buf.shape[0], other.k_buf.shape[0]
+            H, D = self.k_buf.shape[1], self.k_buf.shape[3]
+            k = self.k_buf.new_zeros((B1 + B2, H, max(capacity, S), D))
+            v = self.v_buf.new_zeros((B1 + B2, H, max(capacity, S), D))
+            k[:B1, :, S - self.length : S] = self.k_buf[:, :, : self.length]
+            v[:B1, :, S - self.length : S] = self.v_buf[:, :, : self.length]
+            k[B1:, :, S - other.length : S] = other.k_buf[:, :, : other.length]
+            v[B1:, :, S - other.length : S] = other.v_buf[:, :, : other.length]
+            self.k_buf, self.v_buf, self.length = k, v, S
+            self._views()
+
+    return SlabLayer
 
 
-def _trim_left(cache, cols: int) -> None:
-    """Drop the first ``cols`` positions (padding of every remaining row) from each cache layer."""
-    for layer in getattr(cache, "layers", []):
-        if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
-            layer.keys = layer.keys[:, :, cols:, :]
-            layer.values = layer.values[:, :, cols:, :]
+def new_cache(n_layers: int, capacity: int):
+    """A transformers ``Cache`` of ``n_layers`` slab layers holding up to ``capacity`` positions."""
+    from transformers.cache_utils import Cache
+
+    layer = _slab_layer_class()
+    return Cache(layers=[layer(capacity) for _ in range(n_layers)])
 
 
 def _pick_tokens(logits: torch.Tensor, temps: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -166,7 +231,160 @@ def _pick_tokens(logits: torch.Tensor, temps: torch.Tensor, uniforms: torch.Tens
     return torch.where(sampled_rows, sampled, greedy)
 
 
-@torch.inference_mode()
+class DecodeEngine:
+    """The running batch of a continuous-batching decoder: rows join (:meth:`admit`) and leave (:meth:`step`).
+
+    Args:
+        model: a transformers causal LM (e.g. ``LlamaForCausalLM``, optionally peft-wrapped).
+        decode_text: token ids → text (special tokens skipped); checks stop strings.
+        eos_id: end-of-turn token id (``<|im_end|>`` for SmolLM2): ends a row, not returned.
+        pad_id: pad token id: fills the left padding; also ends a row if ever produced.
+        device: where the model lives.
+
+    Layout: rows are left-padded to a common length S (attention mask 0 on padding, explicit
+    position ids per row) in one KV cache of preallocated slabs. New rows are prefilled on
+    their own, then stacked under the running rows right-aligned at the longer length, so
+    decoding continues for all of them in one forward per step. Not thread-safe: one driver.
+    """
+
+    def __init__(self, model, decode_text: Callable[[list[int]], str], eos_id: int, pad_id: int,
+                 device: str | torch.device = "cpu") -> None:
+        self.model, self.decode_text, self.eos_id, self.pad_id, self.device = model, decode_text, eos_id, pad_id, device
+        self.n_layers = int(model.config.num_hidden_layers)
+        self.cache_kw = _cache_kwarg(model)
+        self.rows: list[DecodeRow] = []  # per batch position
+        self.outs: list[DecodedRow] = []
+        self.tags: list[object] = []  # caller's id of each row
+        self.gens: list[torch.Generator | None] = []
+        self.cache = None
+        self.attn: torch.Tensor | None = None  # (b, S) 1 = real token
+        self.positions: torch.Tensor | None = None  # (b,) position id of each row's last token
+        self.logits: torch.Tensor | None = None  # (b, V) float32 next-token logits
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def width(self) -> int:
+        """Positions held per row (S): the longest row's prompt + generated tokens, plus padding."""
+        return 0 if self.attn is None else int(self.attn.shape[1])
+
+    def footprint(self, extra: Sequence[DecodeRow] = ()) -> int:
+        """KV positions (rows × (S + most tokens still to come)) if ``extra`` rows joined now."""
+        rows = list(self.rows) + list(extra)
+        if not rows:
+            return 0
+        S = max([self.width] + [len(r.prompt_ids) for r in extra])
+        left = [r.max_tokens - len(o.token_ids) for r, o in zip(self.rows, self.outs)] + [r.max_tokens for r in extra]
+        return len(rows) * (S + max(left))
+
+    @torch.inference_mode()
+    def admit(self, rows: Sequence[DecodeRow], tags: Sequence[object] | None = None) -> None:
+        """Prefill ``rows`` (one left-padded forward) and add them to the running batch.
+
+        Raises:
+            ValueError: a row with no prompt tokens or ``max_tokens < 1``.
+        """
+        if not rows:
+            return
+        for r in rows:
+            if not r.prompt_ids:
+                raise ValueError("every row needs at least one prompt token")
+            if r.max_tokens < 1:
+                raise ValueError(f"max_tokens must be ≥ 1, got {r.max_tokens}")
+        B, P = len(rows), max(len(r.prompt_ids) for r in rows)
+        input_ids = torch.full((B, P), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, P), dtype=torch.long)
+        for b, r in enumerate(rows):
+            input_ids[b, P - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            attn[b, P - len(r.prompt_ids) :] = 1
+        position_ids = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, P): 0.. on real tokens, 0 on padding
+        input_ids, attn, position_ids = input_ids.to(self.device), attn.to(self.device), position_ids.to(self.device)
+        capacity = P + max(r.max_tokens for r in rows)
+        cache = new_cache(self.n_layers, capacity)
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=True, logits_to_keep=1,
+            **{self.cache_kw: cache},
+        ).logits[:, -1, :].float()  # (B, V)
+        gens = [torch.Generator().manual_seed(int(r.seed)) if r.temperature > 0 else None for r in rows]
+        if self.cache is None:
+            self.cache, self.attn, self.positions, self.logits = cache, attn, position_ids[:, -1], logits
+        else:
+            S = max(self.width, P)
+            to_come = max([r.max_tokens - len(o.token_ids) for r, o in zip(self.rows, self.outs)] + [r.max_tokens for r in rows])
+            for mine, theirs in zip(self.cache.layers, cache.layers):
+                mine.merge(theirs, S + to_come)
+            pad = lambda m, w: torch.nn.functional.pad(m, (w - m.shape[1], 0))  # noqa: E731 - left-pad a mask to width w
+            self.attn = torch.cat([pad(self.attn, S), pad(attn, S)], dim=0)
+            self.positions = torch.cat([self.positions, position_ids[:, -1]])
+            self.logits = torch.cat([self.logits, logits], dim=0)
+        self.rows += list(rows)
+        self.outs += [DecodedRow() for _ in rows]
+        self.tags += list(tags) if tags is not None else [None] * B
+        self.gens += gens
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[object, DecodeRow, DecodedRow]]:
+        """Pick one token for every row, retire finished rows, run the forward for the rest.
+
+        Returns:
+            ``(tag, row, decoded)`` of each row that finished at this step.
+        """
+        if not self.rows:
+            return []
+        logits = self.logits
+        temps = torch.tensor([max(0.0, float(r.temperature)) for r in self.rows], dtype=torch.float32, device=logits.device)
+        uniforms = torch.tensor(
+            [float(torch.rand(1, generator=g)) if g is not None else 0.0 for g in self.gens], dtype=torch.float32
+        ).to(logits.device)
+        tokens = _pick_tokens(logits, temps, uniforms)  # (b,)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (b,) temperature 1
+        tokens_l, logp_l = tokens.tolist(), logp.tolist()
+        keep: list[int] = []
+        done: list[tuple[object, DecodeRow, DecodedRow]] = []
+        for pos, (r, o) in enumerate(zip(self.rows, self.outs)):
+            tok = tokens_l[pos]
+            finished = False
+            if tok == self.eos_id or tok == self.pad_id:
+                o.ended = finished = True
+            else:
+                o.token_ids.append(tok)
+                o.logprobs.append(logp_l[pos])
+                if len(o.token_ids) >= r.max_tokens:
+                    finished = True
+                elif r.stop:
+                    text = self.decode_text(o.token_ids)
+                    finished = any(s and s in text for s in r.stop)
+            if finished:
+                done.append((self.tags[pos], r, o))
+            else:
+                keep.append(pos)
+        if not keep:
+            self.__init__(self.model, self.decode_text, self.eos_id, self.pad_id, self.device)  # empty: free the cache
+            return done
+        if len(keep) < len(self.rows):
+            idx = torch.tensor(keep, dtype=torch.long, device=logits.device)
+            for layer in self.cache.layers:
+                layer.select_rows(idx)
+            self.attn, self.positions, tokens = self.attn[idx], self.positions[idx], tokens[idx]
+            self.rows = [self.rows[p] for p in keep]
+            self.outs = [self.outs[p] for p in keep]
+            self.tags = [self.tags[p] for p in keep]
+            self.gens = [self.gens[p] for p in keep]
+            lead = int((self.attn.sum(0) == 0).long().cumprod(0).sum())  # columns that are padding in every row
+            if lead:
+                for layer in self.cache.layers:
+                    layer.trim_left(lead)
+                self.attn = self.attn[:, lead:]
+        self.attn = torch.cat([self.attn, self.attn.new_ones((len(self.rows), 1))], dim=1)
+        self.positions = self.positions + 1
+        self.logits = self.model(
+            input_ids=tokens.unsqueeze(-1), attention_mask=self.attn, position_ids=self.positions.unsqueeze(-1),
+            use_cache=True, **{self.cache_kw: self.cache},
+        ).logits[:, -1, :].float()
+        return done
+
+
 def decode_rows(
     model,
     decode_text: Callable[[list[int]], str],
@@ -188,6 +406,9 @@ def decode_rows(
     Returns:
         One :class:`DecodedRow` per row, in input order.
 
+    Raises:
+        ValueError: a row with no prompt tokens or ``max_tokens < 1``.
+
     Reproducibility: greedy rows give the tokens of decoding each row alone, and a sampled row's
     random draws come from its own generator, so its tokens do not depend on the other rows —
     in both cases up to the floating-point differences between a batched and an unbatched
@@ -195,74 +416,10 @@ def decode_rows(
     which can flip a token only where two tokens' logits (greedy) or a draw and a CDF boundary
     (sampling) lie that close.
     """
-    from transformers import DynamicCache
-
-    if not rows:
-        return []
-    for r in rows:
-        if not r.prompt_ids:
-            raise ValueError("every row needs at least one prompt token")
-        if r.max_tokens < 1:
-            raise ValueError(f"max_tokens must be ≥ 1, got {r.max_tokens}")
-    B = len(rows)
-    P = max(len(r.prompt_ids) for r in rows)
-    input_ids = torch.full((B, P), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, P), dtype=torch.long)
-    for b, r in enumerate(rows):
-        input_ids[b, P - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
-        attn[b, P - len(r.prompt_ids) :] = 1
-    position_ids = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, P): 0.. for real tokens, 0 for padding
-    input_ids, attn, position_ids = input_ids.to(device), attn.to(device), position_ids.to(device)
-
-    temps_all = torch.tensor([max(0.0, float(r.temperature)) for r in rows], dtype=torch.float32)
-    gens = [torch.Generator().manual_seed(int(r.seed)) if r.temperature > 0 else None for r in rows]
-    out = [DecodedRow() for _ in rows]
-    active = list(range(B))  # row index of each batch position
-    cache = DynamicCache()
-    cache_kw = {_cache_kwarg(model): cache}
-    logits = model(
-        input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=True, logits_to_keep=1, **cache_kw
-    ).logits[:, -1, :].float()  # (B, V)
-    positions = position_ids[:, -1]  # (B,) position of each row's last token
-
-    while active:
-        temps = temps_all[active].to(logits.device)
-        uniforms = torch.tensor(
-            [float(torch.rand(1, generator=gens[i])) if gens[i] is not None else 0.0 for i in active],
-            dtype=torch.float32,
-        ).to(logits.device)
-        tokens = _pick_tokens(logits, temps, uniforms)  # (b,)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (b,) temperature 1
-        tokens_l, logp_l = tokens.tolist(), logp.tolist()
-        keep: list[int] = []
-        for pos, i in enumerate(active):
-            tok, r, o = tokens_l[pos], rows[i], out[i]
-            if tok == eos_id or tok == pad_id:
-                o.ended = True
-                continue
-            o.token_ids.append(tok)
-            o.logprobs.append(logp_l[pos])
-            if len(o.token_ids) >= r.max_tokens:
-                continue
-            if r.stop:
-                text = decode_text(o.token_ids)
-                if any(s and s in text for s in r.stop):
-                    continue
-            keep.append(pos)
-        if not keep:
-            break
-        if len(keep) < len(active):
-            idx = torch.tensor(keep, dtype=torch.long, device=logits.device)
-            _keep_rows(cache, idx)
-            attn, positions, tokens = attn[idx], positions[idx], tokens[idx]
-            active = [active[p] for p in keep]
-            lead = int((attn.sum(0) == 0).long().cumprod(0).sum())  # columns that are padding in every row
-            if lead:
-                _trim_left(cache, lead)
-                attn = attn[:, lead:]
-        attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
-        positions = positions + 1
-        logits = model(
-            input_ids=tokens.unsqueeze(-1), attention_mask=attn, position_ids=positions.unsqueeze(-1), use_cache=True, **cache_kw
-        ).logits[:, -1, :].float()
-    return out
+    engine = DecodeEngine(model, decode_text, eos_id, pad_id, device)
+    engine.admit(rows, list(range(len(rows))))
+    out: list[DecodedRow | None] = [None] * len(rows)
+    while len(engine):
+        for tag, _, decoded in engine.step():
+            out[tag] = decoded  # type: ignore[index]
+    return [o for o in out if o is not None]

@@ -18,6 +18,7 @@ shares the batch.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import io
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from agents.batching import MAX_BATCH_ROWS, MAX_BATCH_TOKENS, DecodeRow, decode_rows, plan_batches, row_seed
+from agents.batching import MAX_BATCH_ROWS, MAX_BATCH_TOKENS, DecodedRow, DecodeEngine, DecodeRow, plan_batches, row_seed
 from agents.model_files import smollm2_gguf_path
 from agents.policy import Completion, Message, PolicyError
 
@@ -158,9 +159,9 @@ class LocalPolicy:
         self.max_batch_tokens = max_batch_tokens
         self._lock = threading.RLock()  # model load and forward passes
         self._tok_lock = threading.RLock()  # HF fast tokenizers are not safe to call from several threads
-        self._queue = _RequestQueue()
+        self._scheduler = _Scheduler(self)
         self.load_seconds: float | None = None
-        self.batches: list[int] = []  # rows of every decoding batch run so far (for tests and benchmarks)
+        self.batches: list[int] = []  # rows in the running batch after each admission (for tests and benchmarks)
 
     # ------------------------------------------------------------------ loading
     def load(self) -> None:
@@ -263,25 +264,9 @@ class LocalPolicy:
         return text.strip(), ids, finish
 
     # ------------------------------------------------------------------ batched decoding
-    def _run_rows(self, rows: list[DecodeRow]) -> list[tuple[list[int], list[float]]]:
-        """Decode rows in length-grouped batches (see :func:`agents.batching.plan_batches`); input order kept."""
-        with self._lock:
-            model, pad = self.model, self.tokenizer.pad_token_id
-            plan = plan_batches(
-                [len(r.prompt_ids) for r in rows], [r.max_tokens for r in rows],
-                max_rows=self.eval_batch_size, max_tokens=self.max_batch_tokens,
-            )
-            results: list[tuple[list[int], list[float]] | None] = [None] * len(rows)
-            for idx in plan:
-                self.batches.append(len(idx))
-                outs = decode_rows(model, self.decode, [rows[i] for i in idx], self.eos_token_id, pad, self.device)
-                for i, o in zip(idx, outs):
-                    results[i] = (o.token_ids, o.logprobs)
-            return [r for r in results if r is not None]
-
-    def _submit(self, rows: list[DecodeRow]) -> list[tuple[list[int], list[float]]]:
-        """Decode ``rows`` together with whatever other threads have queued (see :class:`_RequestQueue`)."""
-        return self._queue.submit(rows, self._run_rows, self.batch_window_s, self.eval_batch_size)
+    def _submit(self, rows: list[DecodeRow]) -> list[DecodedRow]:
+        """Decode ``rows`` in the shared running batch (see :class:`_Scheduler`); blocks until all are done."""
+        return self._scheduler.submit(rows)
 
     def _rows(
         self, prompts: Sequence[str], temperature: float, max_tokens: int, stop: Sequence[str] | None, seed: int | None
@@ -296,10 +281,13 @@ class LocalPolicy:
             for i, p in enumerate(prompts)
         ]
 
-    def _completions(self, rows: list[DecodeRow], decoded, stop: Sequence[str] | None, with_logprobs: bool) -> list[Completion]:
+    def _completions(
+        self, rows: list[DecodeRow], decoded: list[DecodedRow], stop: Sequence[str] | None, with_logprobs: bool
+    ) -> list[Completion]:
         out = []
-        for r, (ids, lps) in zip(rows, decoded):
-            text, kept, finish = self._decode_row(ids, stop, r.max_tokens)
+        for r, d in zip(rows, decoded):
+            lps = d.logprobs
+            text, kept, finish = self._decode_row(d.token_ids, stop, r.max_tokens)
             out.append(Completion(
                 text=text, token_ids=kept, logprobs=lps[: len(kept)] if with_logprobs else None,
                 finish_reason=finish, prompt_tokens=len(r.prompt_ids),
@@ -401,72 +389,102 @@ class LocalPolicy:
             return torch.log_softmax(logits, dim=-1).gather(-1, target).squeeze(-1).cpu()  # (T,) float32
 
 
-class _Request:
-    """Rows one thread asked for, and their results once decoded."""
 
-    __slots__ = ("rows", "result", "error", "done")
+class _Request:
+    """Rows one thread asked for, and their results as rows finish."""
+
+    __slots__ = ("rows", "results", "remaining", "error", "event")
 
     def __init__(self, rows: list[DecodeRow]) -> None:
         self.rows = rows
-        self.result: list | None = None
+        self.results: list[DecodedRow | None] = [None] * len(rows)
+        self.remaining = len(rows)
         self.error: BaseException | None = None
-        self.done = False
+        self.event = threading.Event()
 
 
-class _RequestQueue:
-    """Coalesces sampling requests from several threads into shared decoding batches.
+class _Scheduler:
+    """Continuous batching for one :class:`LocalPolicy`: a daemon thread drives one :class:`DecodeEngine`.
 
-    The first thread to find the model idle becomes the *leader*: it waits up to ``window_s``
-    for other threads' requests (or until ``max_rows`` rows are queued), takes every queued
-    request, decodes all their rows together and hands each thread its rows. Threads that
-    arrive while a batch is running queue up and form the next batch. No extra thread is
-    started; a request's error is raised in the thread that made it.
+    Threads queue their rows and block; the driver admits queued rows into the running batch
+    between decoding steps (first come, first served, while the batch has fewer than
+    ``eval_batch_size`` rows and its KV footprint stays within ``max_batch_tokens``; a row is
+    always admitted into an empty batch), prefilling them grouped by prompt length. A request
+    returns as soon as its own rows are done, so its thread can go on (grade, reflect, …) and
+    queue its next request while the other rows are still decoding — the batch stays full.
+    When the batch is empty the driver waits ``batch_window_s`` for more requests before the
+    prefill, so requests issued together start together. Errors are raised in the requesting
+    threads. Scheduling only decides which rows share a batch: each row's tokens depend on its
+    own prompt, settings and seed (see :func:`agents.batching.decode_rows`).
     """
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._pending: list[_Request] = []
-        self._busy = False
+    def __init__(self, policy: LocalPolicy) -> None:
+        self.policy = policy
+        self.cond = threading.Condition()
+        self.pending: collections.deque[tuple[_Request, int]] = collections.deque()
+        self.thread: threading.Thread | None = None
 
-    def submit(self, rows: list[DecodeRow], run, window_s: float, max_rows: int) -> list:
+    def submit(self, rows: list[DecodeRow]) -> list[DecodedRow]:
+        if not rows:
+            return []
+        self.policy.load()  # load errors surface in the caller
         req = _Request(rows)
-        with self._cond:
-            self._pending.append(req)
-            self._cond.notify_all()
-            while not req.done and self._busy:
-                self._cond.wait()
-            if req.done:
-                return self._result(req)
-            self._busy = True  # this thread leads the next batch
-            deadline = time.monotonic() + window_s
-            while sum(len(r.rows) for r in self._pending) < max_rows:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            batch, self._pending = self._pending, []
-        try:
-            flat = [row for r in batch for row in r.rows]
-            try:
-                decoded = run(flat)
-            except BaseException as e:  # noqa: BLE001 - handed to every waiting thread
-                for r in batch:
-                    r.error = e
-            else:
-                pos = 0
-                for r in batch:
-                    r.result = decoded[pos : pos + len(r.rows)]
-                    pos += len(r.rows)
-        finally:
-            with self._cond:
-                for r in batch:
-                    r.done = True
-                self._busy = False
-                self._cond.notify_all()
-        return self._result(req)
-
-    @staticmethod
-    def _result(req: _Request) -> list:
+        with self.cond:
+            self.pending.extend((req, i) for i in range(len(rows)))
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._drive, daemon=True, name="local-policy-decoder")
+                self.thread.start()
+            self.cond.notify_all()
+        req.event.wait()
         if req.error is not None:
             raise req.error
-        return req.result or []
+        return [r for r in req.results if r is not None]
+
+    def _take(self, engine: DecodeEngine) -> list[tuple[_Request, int]]:
+        """Queued rows that fit into the running batch now (called with ``cond`` held)."""
+        p = self.policy
+        taken: list[tuple[_Request, int]] = []
+        while self.pending:
+            req, i = self.pending[0]
+            if taken or len(engine):
+                extra = [q.rows[j] for q, j in taken] + [req.rows[i]]
+                if len(engine) + len(extra) > p.eval_batch_size or engine.footprint(extra) > p.max_batch_tokens:
+                    break
+            taken.append(self.pending.popleft())
+        return taken
+
+    def _drive(self) -> None:
+        p = self.policy
+        engine: DecodeEngine | None = None
+        while True:
+            with self.cond:
+                while not self.pending and (engine is None or not len(engine)):
+                    self.cond.wait()
+                if engine is None or not len(engine):  # idle: let requests issued together start together
+                    deadline = time.monotonic() + p.batch_window_s
+                    while len(self.pending) < p.eval_batch_size and (left := deadline - time.monotonic()) > 0:
+                        self.cond.wait(left)
+                if engine is None:
+                    engine = DecodeEngine(p.model, p.decode, p.eos_token_id, p.tokenizer.pad_token_id, p.device)
+                taken = self._take(engine)
+            try:
+                with p._lock:
+                    if taken:
+                        rows = [req.rows[i] for req, i in taken]
+                        for group in plan_batches([len(r.prompt_ids) for r in rows], [r.max_tokens for r in rows],
+                                                  max_rows=p.eval_batch_size, max_tokens=p.max_batch_tokens):
+                            engine.admit([rows[g] for g in group], [taken[g] for g in group])
+                        p.batches.append(len(engine))
+                    finished = engine.step()
+            except BaseException as e:  # noqa: BLE001 - handed to every request in the batch
+                failed = {id(req): req for req, _ in [*engine.tags, *taken] if req is not None}
+                for req in failed.values():
+                    req.error = e
+                    req.event.set()
+                engine = None
+                continue
+            for (req, i), _, decoded in finished:
+                req.results[i] = decoded
+                req.remaining -= 1
+                if req.remaining == 0:
+                    req.event.set()
