@@ -218,17 +218,18 @@ def _pick_tokens(logits: torch.Tensor, temps: torch.Tensor, uniforms: torch.Tens
     Returns:
         (B,) int64 token ids.
     """
-    greedy = logits.argmax(dim=-1)
     sampled_rows = temps > 0
     if not bool(sampled_rows.any()):
-        return greedy
+        return logits.argmax(dim=-1)
     t = torch.where(sampled_rows, temps, torch.ones_like(temps))
     probs = torch.softmax(logits / t.unsqueeze(-1), dim=-1)  # (B, V)
     cdf = probs.cumsum(dim=-1)  # (B, V), last entry ≈ 1
     target = (uniforms * cdf[:, -1]).unsqueeze(-1)  # (B, 1) in [0, total)
     # first index whose cdf exceeds the target: token i with probability probs[i]; zero-probability tokens never win
     sampled = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=logits.shape[-1] - 1)
-    return torch.where(sampled_rows, sampled, greedy)
+    if bool(sampled_rows.all()):
+        return sampled
+    return torch.where(sampled_rows, sampled, logits.argmax(dim=-1))
 
 
 class DecodeEngine:

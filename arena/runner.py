@@ -3,6 +3,14 @@
 ``run_session`` is what ``arena run`` calls. It owns the session's life cycle in the store
 (``running`` → ``finished`` / ``interrupted`` / ``failed``), the checkpointer (LangGraph
 ``SqliteSaver`` in a file beside the database, one thread per episode), and the summary.
+
+Concurrency: a round runs in two phases. First every episode of the round runs the graph up
+to ``curate`` (LangGraph ``interrupt_before``), ``cfg.concurrency`` episodes at a time in
+threads — their model calls overlap, so the local backend decodes them in shared batches and
+an OpenAI-compatible endpoint sees concurrent requests. Then the episodes are curated (written
+to the store) one by one in task order. So every episode of a round sees the lesson library as
+the previous round left it, and what is stored does not depend on ``--concurrency``: the
+library is updated between rounds, as in batch-wise experience updates (Training-Free GRPO).
 """
 
 from __future__ import annotations
@@ -208,7 +216,8 @@ def run_session(
         splits: train and held-out tasks (deterministic from ``cfg``, so a resume rebuilds the same).
         session_name: name of a new session, or of the one to resume.
         resume: continue ``session_name``: finished episodes and evaluations are skipped,
-            an episode interrupted mid-graph continues from its last checkpoint.
+            an episode interrupted mid-graph continues from its last checkpoint (one that
+            was waiting for curate is curated without re-running anything).
         console: rich console for progress bars (stderr in the CLI); None runs silently.
         checkpointer: a LangGraph checkpointer; default a ``SqliteSaver`` beside the database.
         on_episode: called with each finished episode's final state (tests use it).
