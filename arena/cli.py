@@ -248,6 +248,7 @@ def bench_rollouts(
     temperature: Annotated[float, typer.Option(help="Sampling temperature (> 0).")] = 0.8,
     concurrency: Annotated[int, typer.Option(help="Episode threads for our backend, as `arena run --concurrency`.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed for task draws and sampling.")] = 0,
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads for both samplers (default: all cores).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
     """Completion tokens/s of the local backend (batched, as `arena run` samples) vs llama.cpp single-stream, same GGUF."""
@@ -260,7 +261,7 @@ def bench_rollouts(
 
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            r = run_bench(prompts, k, max_tokens, temperature, concurrency, seed, on_baseline_missing=missing)
+            r = run_bench(prompts, k, max_tokens, temperature, concurrency, seed, on_baseline_missing=missing, threads=threads)
     except (PolicyError, ValueError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:

@@ -133,6 +133,7 @@ def bench_rollouts(
     concurrency: int = 4,
     seed: int = 0,
     on_baseline_missing=None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Measure (a) ours and (b) llama.cpp single-stream on the same prompts; return the figures.
 
@@ -145,6 +146,7 @@ def bench_rollouts(
         seed: task draws and sampling seeds.
         on_baseline_missing: called with one line when llama-cpp-python is missing; the
             baseline is then skipped and ``llamacpp_tok_s`` / ``ratio`` are None.
+        threads: CPU threads for both samplers (torch intra-op and llama.cpp); default torch's.
 
     Returns:
         ``{"ours_tok_s", "llamacpp_tok_s", "ratio", "prompts", "k"}`` plus the details
@@ -159,7 +161,12 @@ def bench_rollouts(
         raise ValueError("--prompts, --k, --max-tokens and --concurrency must be ≥ 1")
     if temperature <= 0:
         raise ValueError("--temperature must be > 0 (the benchmark samples)")
+    if threads is not None and threads < 1:
+        raise ValueError("--threads must be ≥ 1")
     import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
 
     from agents.local import LocalPolicy
     from agents.model_files import smollm2_gguf_path
