@@ -7,13 +7,12 @@ safetensors (``ARENA_CACHE_DIR`` or ``~/.cache/lesson-arena``) and later starts 
 
 Batching (``agents/batching.py``): every sampling request — the k rollouts of a group, the
 groups of episodes that run concurrently, a teacher's reply, the held-out evaluation — becomes
-rows of one KV-cached decoding loop. Requests that arrive from several threads while the model
-is busy (or within ``batch_window_s`` of each other) are coalesced into one batch, grouped by
-prompt length, with LEFT padding and a pad token that is distinct from EOS (SmolLM2's GGUF
-tokenizer sets pad = eos = ``<|im_end|>``; see transformers #25790 and smol-course #159), so
-finished rows are never confused with end-of-turn. Each row has its own random stream, seeded
-from the request's seed and the row's index, so fixed-seed results do not depend on what else
-shares the batch.
+rows of one KV-cached decoding loop driven by a decoder thread (continuous batching: rows join
+between steps and leave when they end; see :class:`_Scheduler`). Prompts are LEFT padded with a
+pad token that is distinct from EOS (SmolLM2's GGUF tokenizer sets pad = eos = ``<|im_end|>``;
+see transformers #25790 and smol-course #159), so finished rows are never confused with
+end-of-turn. Each row has its own random stream, seeded from the request's seed and the row's
+index, so fixed-seed results do not depend on what else shares the batch.
 """
 
 from __future__ import annotations
@@ -125,9 +124,9 @@ class LocalPolicy:
         dtype: default bf16 on CUDA, fp32 on CPU.
         eval_batch_size: rows per batch at most (every request, not only :meth:`sample_batch`).
         adapter: optional path of a peft LoRA adapter applied on top of the base model.
-        batch_window_s: how long the thread that starts a batch waits for requests from other
-            threads to join it, seconds (0: never waits). Concurrent episodes issue their
-            requests within milliseconds of each other; the wait is < 1% of a decode.
+        batch_window_s: how long the idle decoder waits, after a first request, for requests
+            from other threads before it prefills, seconds (0: never waits). Concurrent episodes
+            issue their requests within milliseconds of each other; the wait is < 1% of a decode.
         max_batch_tokens: KV-cache budget per batch, rows × (longest prompt + max new tokens).
 
     The model is loaded lazily on first use and shared between roles that use ``local``.
