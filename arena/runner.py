@@ -3,12 +3,21 @@
 ``run_session`` is what ``arena run`` calls. It owns the session's life cycle in the store
 (``running`` → ``finished`` / ``interrupted`` / ``failed``), the checkpointer (LangGraph
 ``SqliteSaver`` in a file beside the database, one thread per episode), and the summary.
+
+Concurrency: a round runs in two phases. First every episode of the round runs the graph up
+to ``curate`` (LangGraph ``interrupt_before``), ``cfg.concurrency`` episodes at a time in
+threads — their model calls overlap, so the local backend decodes them in shared batches and
+an OpenAI-compatible endpoint sees concurrent requests. Then the episodes are curated (written
+to the store) one by one in task order. So every episode of a round sees the lesson library as
+the previous round left it, and what is stored does not depend on ``--concurrency``: the
+library is updated between rounds, as in batch-wise experience updates (Training-Free GRPO).
 """
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
@@ -33,6 +42,55 @@ from lessons.rubric_store import RubricStore
 from lessons.store import LessonStore, StoreError
 
 EVAL_NAMES = ("heldout_before", "heldout_after", "heldout_after_no_lessons")
+CURATE_NODE = "curate"  # the graph node that writes an episode; run in task order after the round's sampling
+
+
+def run_bounded(fn: Callable[[Any], None], items: Sequence[Any], concurrency: int) -> None:
+    """Call ``fn(item)`` for every item, at most ``concurrency`` at a time, in daemon threads.
+
+    ``concurrency`` 1 runs in the calling thread. Otherwise workers take items in order; after
+    the first failure no new item is started, the running ones finish, and the first error
+    (KeyboardInterrupt included) is re-raised in the caller. A KeyboardInterrupt in the caller
+    (Ctrl-C) stops handing out items and propagates at once; running workers are daemon
+    threads, so they end with the process, and whatever they checkpointed is resumable.
+
+    Raises:
+        BaseException: the first exception raised by ``fn``.
+    """
+    if concurrency <= 1 or len(items) <= 1:
+        for item in items:
+            fn(item)
+        return
+    queue = list(items)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            with lock:
+                if not queue or errors:
+                    return
+                item = queue.pop(0)
+            try:
+                fn(item)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+                with lock:
+                    errors.append(e)
+                return
+
+    workers = [threading.Thread(target=worker, daemon=True, name=f"episode-{i}") for i in range(min(concurrency, len(items)))]
+    for w in workers:
+        w.start()
+    try:
+        for w in workers:
+            while w.is_alive():
+                w.join(timeout=0.2)
+    except BaseException:
+        stop.set()
+        raise
+    if errors:
+        raise errors[0]
 
 
 def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
@@ -186,7 +244,8 @@ def run_session(
         splits: train and held-out tasks (deterministic from ``cfg``, so a resume rebuilds the same).
         session_name: name of a new session, or of the one to resume.
         resume: continue ``session_name``: finished episodes and evaluations are skipped,
-            an episode interrupted mid-graph continues from its last checkpoint.
+            an episode interrupted mid-graph continues from its last checkpoint (one that
+            was waiting for curate is curated without re-running anything).
         console: rich console for progress bars (stderr in the CLI); None runs silently.
         checkpointer: a LangGraph checkpointer; default a ``SqliteSaver`` beside the database.
         on_episode: called with each finished episode's final state (tests use it).
@@ -315,37 +374,57 @@ def run_session(
                 else None
             )
             rewards_so_far: list[float] = []
-            for task in round_tasks:
-                key = f"r{rnd:03d}-{task.task_key}"
-                if key not in finished:
-                    thread = {"configurable": {"thread_id": f"{thread_prefix}/{key}"}}
-                    snapshot = graph.get_state(thread)
-                    if snapshot.next:  # interrupted mid-episode: continue from the checkpoint
-                        final = graph.invoke(None, thread)
-                    else:
-                        final = graph.invoke(
-                            {
-                                "session_id": session_id,
-                                "episode_key": key,
-                                "round": rnd,
-                                "task_key": task.task_key,
-                                "seed": episode_seed(cfg.seed, key),
-                                "started_at": datetime.now(timezone.utc).isoformat(),
-                            },
-                            thread,
-                        )
-                    checkpointer.delete_thread(thread["configurable"]["thread_id"])
-                    rewards_so_far += [g["reward"] for g in final.get("grades", []) if g["reward"] is not None]
-                    if on_episode:
-                        on_episode(final)
-                    online_due.append(key)
-                    if cfg.online_rubrics and len(online_due) >= cfg.online_rubrics:
-                        online_log += _online_rubrics_update(cfg, rubric_store, session_id, roles, task_by_key, online_due)
-                        online_due = []
-                maybe_check_utility(store, roles.solver, session_id, splits.train, utility, cfg.seed)
+
+            def sampled(state: dict) -> None:  # an episode reached curate (called from worker threads)
+                rewards_so_far.extend(g["reward"] for g in state.get("grades", []) if g["reward"] is not None)
                 if progress:
                     mean = sum(rewards_so_far) / len(rewards_so_far) if rewards_so_far else float("nan")
                     progress.update(bar, advance=1, status=f"mean reward {mean:.3f}")
+
+            todo = [(f"r{rnd:03d}-{t.task_key}", t) for t in round_tasks]
+            if progress:
+                progress.update(bar, advance=sum(key in finished for key, _ in todo))
+            todo = [(key, t) for key, t in todo if key not in finished]
+            threads = {key: {"configurable": {"thread_id": f"{thread_prefix}/{key}"}} for key, _ in todo}
+
+            def to_curate(item: tuple[str, Task]) -> None:
+                key, task = item
+                thread = threads[key]
+                snapshot = graph.get_state(thread)
+                if tuple(snapshot.next) == (CURATE_NODE,):  # resumed: this episode already waits for curate
+                    pass
+                elif snapshot.next:  # interrupted mid-episode: continue from the checkpoint
+                    graph.invoke(None, thread, interrupt_before=[CURATE_NODE])
+                else:
+                    graph.invoke(
+                        {
+                            "session_id": session_id,
+                            "episode_key": key,
+                            "round": rnd,
+                            "task_key": task.task_key,
+                            "seed": episode_seed(cfg.seed, key),
+                            "started_at": datetime.now(timezone.utc).isoformat(),
+                        },
+                        thread,
+                        interrupt_before=[CURATE_NODE],
+                    )
+                sampled(graph.get_state(thread).values)
+
+            # Phase 1: every episode of the round runs up to curate, `concurrency` at a time; they all
+            # see the library as it stood at the end of the previous round (nothing is curated yet).
+            run_bounded(to_curate, todo, cfg.concurrency)
+            # Phase 2: curate in task order, so the stored library does not depend on concurrency.
+            for key, _ in todo:
+                thread = threads[key]
+                final = graph.invoke(None, thread)
+                checkpointer.delete_thread(thread["configurable"]["thread_id"])
+                if on_episode:
+                    on_episode(final)
+                online_due.append(key)
+                if cfg.online_rubrics and len(online_due) >= cfg.online_rubrics:
+                    online_log += _online_rubrics_update(cfg, rubric_store, session_id, roles, task_by_key, online_due)
+                    online_due = []
+                maybe_check_utility(store, roles.solver, session_id, round_tasks, utility, cfg.seed)
             curriculum.end_round(rnd)  # band decision per family, then proposals
         run_eval("heldout_after", True)
         run_eval("heldout_after_no_lessons", False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 import torch
@@ -36,17 +37,10 @@ def test_chat_template_is_the_models_own(local_policy):
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
 
 
-def test_k_rollouts_come_from_one_batched_generate_call(local_policy, monkeypatch):
-    calls = []
-    real = local_policy.model.generate
-
-    def counting(*a, **kw):
-        calls.append(kw["input_ids"].shape)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(local_policy.model, "generate", counting)
+def test_k_rollouts_are_rows_of_one_batch(local_policy):
+    local_policy.batches.clear()
     outs = local_policy.sample(CHAT, n=4, temperature=1.0, max_tokens=16, seed=0)
-    assert len(outs) == 4 and len(calls) == 1 and calls[0][0] == 4
+    assert len(outs) == 4 and local_policy.batches == [4]  # one prefill of 4 rows, decoded together
     for o in outs:
         assert len(o.token_ids) <= 16 and len(o.logprobs) == len(o.token_ids)
         assert o.finish_reason in {"stop", "length"}
@@ -64,10 +58,46 @@ def test_batched_greedy_equals_one_at_a_time_for_mixed_prompt_lengths(local_poli
         solver_messages("What is 3 + 4?"),
         solver_messages("State the final answer to the following arithmetic problem: 58 + 26 - 13 + 7 ="),
         solver_messages("Name a colour."),
+        [{"role": "system", "content": "You review attempts. " * 40},  # a teacher-sized prompt (~250 tokens)
+         {"role": "user", "content": "Summarise: 12 + 7 = 19 was right; 12 + 7 = 18 was wrong."}],
     ]
-    batched = local_policy.sample_batch(chats, temperature=0.0, max_tokens=20)
     single = [local_policy.sample(c, n=1, temperature=0.0, max_tokens=20)[0] for c in chats]
-    assert [b.text for b in batched] == [s.text for s in single]
+    batched = local_policy.sample_batch(chats, temperature=0.0, max_tokens=20)
+    assert [b.token_ids for b in batched] == [s.token_ids for s in single]
+    # the same rows arriving from concurrent episode threads, decoded in shared batches
+    local_policy.batches.clear()
+    results: dict[int, list] = {}
+    barrier = threading.Barrier(len(chats))
+
+    def episode(i: int) -> None:
+        barrier.wait()
+        results[i] = local_policy.sample(chats[i], n=2, temperature=0.0, max_tokens=20)
+
+    threads = [threading.Thread(target=episode, args=(i,)) for i in range(len(chats))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert max(local_policy.batches) > 2
+    assert [[o.token_ids for o in results[i]] for i in range(len(chats))] == [[s.token_ids] * 2 for s in single]
+
+
+def test_sampled_rollouts_do_not_depend_on_what_shares_the_batch(local_policy):
+    alone = local_policy.sample(CHAT, n=3, temperature=0.8, max_tokens=24, seed=9)
+    other = solver_messages("Write a sentence about the sea.")
+    results: dict[str, list] = {}
+    barrier = threading.Barrier(2)
+
+    def run(name, chat, seed):
+        barrier.wait()
+        results[name] = local_policy.sample(chat, n=3, temperature=0.8, max_tokens=24, seed=seed)
+
+    threads = [threading.Thread(target=run, args=("ours", CHAT, 9)), threading.Thread(target=run, args=("other", other, 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [o.token_ids for o in results["ours"]] == [o.token_ids for o in alone]
 
 
 def test_stop_strings_are_honoured_per_row(local_policy):
