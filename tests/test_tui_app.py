@@ -289,3 +289,22 @@ async def test_reads_while_another_connection_writes(fx: Path):
         assert rows(app)[0][3] == str(2 + n_writes)  # helpful counter of chain_sum-00001
         assert len(seen_counts) > 1  # the table refreshed while the writer was still writing
     assert errors == []
+
+
+async def test_ungraded_rollouts_show_as_dashes_not_an_empty_screen(fx: Path, tmp_path: Path):
+    import shutil
+    import sqlite3
+
+    from tui.screens.session import fmt_rewards
+
+    db = tmp_path / "ungraded.db"
+    shutil.copy(fx, db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE rollouts SET reward = NULL WHERE id = (SELECT min(id) FROM rollouts)")
+    from tui.data import ArenaData, open_store
+
+    d = ArenaData(open_store(db))
+    eps = d.episodes(1)
+    assert eps and None in eps[0].rewards
+    assert fmt_rewards([None, 1.0, 0.5]) == "- 1 0.50"
+    d.store.close()

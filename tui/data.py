@@ -83,8 +83,8 @@ class EpisodeSummary:
     episode_key: str
     task_key: str
     family: str
-    rewards: list[float]  # the group's unguided rollouts, by idx
-    guided_rewards: list[float]  # the guided rollouts (empty: no hint)
+    rewards: list[float | None]  # the group's unguided rollouts, by idx; None: ungraded (rubric judge failed)
+    guided_rewards: list[float | None]  # the guided rollouts (empty: no hint)
     lessons_in_context: list[str]  # readable lesson ids, in prompt order
     mean_reward: float  # of the unguided group
 
@@ -114,7 +114,7 @@ class RolloutView:
     guided: bool
     completion: str
     extracted_answer: str | None
-    reward: float
+    reward: float | None  # None: ungraded (the rubric judge could not grade it)
     critique: str
     completion_tokens: int
     finish_reason: str
@@ -316,7 +316,7 @@ class ArenaData:
                 .order_by(RolloutRow.episode_id, RolloutRow.guided, RolloutRow.idx, RolloutRow.id)
             ):
                 pair = rewards.setdefault(eid, ([], []))
-                pair[1 if guided else 0].append(float(reward))
+                pair[1 if guided else 0].append(float(reward) if reward is not None else None)  # None: ungraded
             return [
                 EpisodeSummary(
                     id=e.id,

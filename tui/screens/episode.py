@@ -13,18 +13,20 @@ from textual.widgets import Footer, Header, Static
 
 from tui.data import EpisodeDetail, RolloutView
 from tui.screens.base import DataScreen
+from tui.screens.session import fmt_rewards
 
 
 def rollout_panel(r: RolloutView) -> Panel:
     """One rollout: the completion, then the critique, titled with reward and answer."""
     answer = "none" if r.extracted_answer is None else repr(r.extracted_answer)
-    title = f"{'guided ' if r.guided else ''}rollout {r.idx} · reward {r.reward:.2f} · answer {answer}"
+    reward = "ungraded" if r.reward is None else f"{r.reward:.2f}"
+    title = f"{'guided ' if r.guided else ''}rollout {r.idx} · reward {reward} · answer {answer}"
     body = Group(
         Text(r.completion or "(empty completion)"),
         Text(f"critique: {r.critique}", style="italic"),
         Text(f"{r.completion_tokens} tokens, finish {r.finish_reason}", style="dim"),
     )
-    style = "green" if r.reward >= 1.0 - 1e-9 else ("yellow" if r.reward > 0 else "red")
+    style = "dim" if r.reward is None else "green" if r.reward >= 1.0 - 1e-9 else ("yellow" if r.reward > 0 else "red")
     return Panel(body, title=title, title_align="left", border_style=style)
 
 
@@ -39,14 +41,14 @@ def render_episode(d: EpisodeDetail) -> Group:
     ]
     unguided = [r for r in d.rollouts if not r.guided]
     guided = [r for r in d.rollouts if r.guided]
-    rewards = " ".join(f"{r.reward:g}" for r in unguided)
+    rewards = fmt_rewards([r.reward for r in unguided])
     parts.append(Text(f"Group of {len(unguided)} rollouts — rewards {rewards or '-'}", style="bold"))
     parts += [rollout_panel(r) for r in unguided]
     if d.hint is not None:
         mode, text = d.hint
         parts.append(Panel(Text(text), title=f"hint ({mode})", title_align="left", border_style="magenta"))
     if guided:
-        parts.append(Text(f"Guided rollouts ({len(guided)}) — rewards {' '.join(f'{r.reward:g}' for r in guided)}", style="bold"))
+        parts.append(Text(f"Guided rollouts ({len(guided)}) — rewards {fmt_rewards([r.reward for r in guided])}", style="bold"))
         parts += [rollout_panel(r) for r in guided]
     lessons = Table(title="lessons in context", title_justify="left", expand=True)
     lessons.add_column("id", no_wrap=True)

@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
 from lessons.db import LESSON_STATUSES
 from lessons.store import LessonInfo
-from tui.data import LessonDetail, LessonPage
+from tui.data import PAGE_SIZE, LessonDetail, LessonPage
 from tui.screens.base import USER_ERRORS, DataScreen, one_line
 
 TEXT_WIDTH = 56  # characters of lesson text shown in the table
@@ -155,6 +155,7 @@ class LessonsScreen(DataScreen):
             if value in families:
                 fam.value = value
         self.page = page.page
+        self._pages = page.pages
         self.rows = page.rows
         table = self.query_one("#lessons", DataTable)
         keep = table.cursor_row
@@ -166,7 +167,7 @@ class LessonsScreen(DataScreen):
         if page.query:
             info = f"{page.total} match(es) for {page.query!r}" + (" (first shown)" if page.total >= 200 else "")
         else:
-            first = page.page * len(page.rows) + 1 if page.rows else 0
+            first = page.page * PAGE_SIZE + 1 if page.rows else 0
             info = (f"{page.total:,} lessons · page {page.page + 1}/{page.pages} · rows {first}–"
                     f"{first + len(page.rows) - 1 if page.rows else 0}  ([ ] page)")
         self.query_one("#page-info", Static).update(info)
@@ -239,7 +240,11 @@ class LessonsScreen(DataScreen):
     def action_page(self, step: int) -> None:
         if self.query_text.strip():
             return
-        self.page = max(0, self.page + step)
+        last = getattr(self, "_pages", 1) - 1  # pages of the last load: `]` on the last page is a no-op
+        target = min(max(0, self.page + step), max(0, last))
+        if target == self.page:
+            return
+        self.page = target
         self.reload()
 
     def action_open(self) -> None:

@@ -12,9 +12,14 @@ from tui.screens.base import DataScreen
 from tui.widgets.curve import LearningCurvePlot
 
 
-def fmt_rewards(rs: list[float]) -> str:
-    """Rewards of a group, compactly: ``1 0 0.5``."""
-    return " ".join(f"{r:g}" if r in (0.0, 1.0) else f"{r:.2f}" for r in rs)
+def fmt_reward(r: float | None) -> str:
+    """One reward compactly (``1``, ``0``, ``0.50``); ``-`` for an ungraded rollout."""
+    return "-" if r is None else f"{r:g}" if r in (0.0, 1.0) else f"{r:.2f}"
+
+
+def fmt_rewards(rs: list[float | None]) -> str:
+    """Rewards of a group, compactly: ``1 0 0.5 -`` (``-``: ungraded)."""
+    return " ".join(fmt_reward(r) for r in rs)
 
 
 class SessionScreen(DataScreen):
@@ -53,7 +58,7 @@ class SessionScreen(DataScreen):
         for e in episodes:
             guided = fmt_rewards(e.guided_rewards) if e.guided_rewards else "-"
             lessons = ", ".join(e.lessons_in_context) if e.lessons_in_context else "-"
-            table.add_row(str(e.round), e.task_key, e.family, fmt_rewards(e.rewards), guided, f"{e.mean_reward:.2f}",
+            table.add_row(str(e.round), e.task_key, e.family, fmt_rewards(e.rewards), guided, "-" if e.mean_reward is None else f"{e.mean_reward:.2f}",
                           lessons, key=str(e.id))
         if episodes:
             table.move_cursor(row=min(keep, len(episodes) - 1))
