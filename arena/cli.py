@@ -420,6 +420,7 @@ def distill(
     _quiet_libraries()
     from agents.policy import PolicyError
     from arena.distill import DistillError, run_distill
+    from arena.tasks import TaskError
     from lessons.adapters import AdapterError
     from lessons.distill import NoTrainingData
     from lessons.distill_config import DistillConfig, TrainConfig
@@ -443,11 +444,18 @@ def distill(
             from arena.distill import latest_session
 
             session = latest_session(store, db)
+        info = store.get_session(session)
+        reward = (info.config or {}).get("reward", "verifier") if info is not None else "verifier"
+        if reward != "verifier":
+            raise DistillError(
+                f"session {session!r} uses --reward {reward}: arena distill evaluates verifier pass@1 and "
+                "needs a session with verifier rewards"
+            )
         with contextlib.redirect_stdout(sys.stderr):
             summary = run_distill(store, db, session, cfg, out, base_model, console=console)
     except ValidationError as e:
         raise fail(_config_error(e)) from None
-    except (DistillError, NoTrainingData, AdapterError, TrainingError, StoreError, PolicyError) as e:
+    except (DistillError, NoTrainingData, AdapterError, TrainingError, StoreError, PolicyError, TaskError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         raise fail("interrupted; no adapter was registered", EXIT_INTERRUPTED) from None
@@ -475,12 +483,17 @@ def eval_cmd(
     base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded model).")] = None,
     lesson_tokens: Annotated[int, typer.Option(help="Lessons budget of the with-lessons evaluation, tokens.")] = 512,
     max_tokens: Annotated[int, typer.Option(help="Completion cap, tokens.")] = 96,
+    critic: Annotated[bool, typer.Option("--critic", help="Instead: the rubric judge's calibration against verifiers (as `arena critic calibrate`).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
     """Held-out greedy pass@1 of the local solver (optionally with an adapter), without and with lessons."""
+    if critic:
+        critic_calibrate(db=db, session=session, json_out=json_out)
+        return
     _quiet_libraries()
     from agents.policy import PolicyError
     from arena.distill import DistillError, latest_session, run_eval
+    from arena.tasks import TaskError
     from lessons.adapters import AdapterError
     from lessons.store import LessonStore, StoreError
 
@@ -491,9 +504,16 @@ def eval_cmd(
         _require_db_file(db)
         store = LessonStore(db)
         session = session or latest_session(store, db)
+        info = store.get_session(session)
+        reward = (info.config or {}).get("reward", "verifier") if info is not None else "verifier"
+        if reward != "verifier":
+            raise DistillError(
+                f"session {session!r} uses --reward {reward}: arena eval measures verifier pass@1; "
+                "see its held-out rewards in `arena run --json` and the judge in `arena eval --critic`"
+            )
         with contextlib.redirect_stdout(sys.stderr):
             result = run_eval(store, db, session, adapter, lesson_tokens, max_tokens, base_model)
-    except (DistillError, AdapterError, StoreError, PolicyError) as e:
+    except (DistillError, AdapterError, StoreError, PolicyError, TaskError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         raise fail("interrupted", EXIT_INTERRUPTED) from None

@@ -81,3 +81,14 @@ def test_critic_commands(tmp_path):
     assert rows[0]["verdicts"][0]["criterion"] == "Mentions scattering"
     table = arena("critic", "verdicts", "--db", str(db), "--session", "s1", env={"COLUMNS": "250"})
     assert table.returncode == 0 and "ungraded" in table.stdout and "answer_without_work" in table.stdout
+
+
+def test_eval_and_distill_refuse_a_rubric_session_and_eval_critic_reports(tmp_path):
+    db = tmp_path / "arena.db"
+    with LessonStore(str(db)) as store:
+        store.create_session("rub", {"reward": "rubric-explicit"}, 0)
+    for cmd in ("eval", "distill"):
+        proc = arena(cmd, "--db", str(db), "--session", "rub")
+        assert_one_line_error(proc, "uses --reward rubric-explicit")
+    proc = arena("eval", "--critic", "--db", str(db), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout) == {}
