@@ -8,6 +8,8 @@ checked in validators whose messages say how to fix the value.
 
 from __future__ import annotations
 
+import math
+
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -62,6 +64,8 @@ class TrainConfig(BaseModel):
             raise ValueError("--batch-size and --grad-accum must be >= 1")
         if self.max_steps < 0 or self.warmup_steps < 0:
             raise ValueError("--steps and warm-up steps must be >= 0")
+        if not math.isfinite(self.epochs) or self.epochs > 1000:
+            raise ValueError(f"--epochs must be a finite number of passes in (0, 1000], got {self.epochs}")
         if self.max_steps == 0 and self.epochs <= 0:
             raise ValueError(f"epochs must be > 0 when --steps is 0, got {self.epochs}; pass --epochs 3")
         if not 0.0 <= self.min_lr_ratio <= 1.0:

@@ -441,3 +441,13 @@ def test_only_lessons_that_helped_are_marked_distilled():
     assert list(out) == ["a"] and "base alone 0/2" in out["a"]
     weak = EvalResult([0.0, 0.0, 1.0, 1.0], [[]] * 4)  # a's effect lost: 0/2 < Wilson lo of 2/2 (0.342)
     assert distilled_lessons(["a"], base, with_lessons, weak) == {}
+
+
+@pytest.mark.parametrize("epochs", [float("nan"), float("inf"), 1e9])
+def test_non_finite_or_absurd_epochs_are_refused_up_front(epochs):
+    from pydantic import ValidationError
+
+    from lessons.distill_config import TrainConfig
+
+    with pytest.raises(ValidationError, match="--epochs must be a finite number"):
+        TrainConfig(epochs=epochs)
