@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import math
 import os
 import threading
 import time
@@ -154,15 +155,17 @@ def bench_rollouts(
         batch sizes, load average before the run).
 
     Raises:
-        ValueError: a non-positive count or temperature.
+        ValueError: a count, temperature or thread number out of range.
         agents.policy.PolicyError: the embedded model cannot be loaded.
     """
-    if prompts < 1 or k < 1 or max_tokens < 1 or concurrency < 1:
-        raise ValueError("--prompts, --k, --max-tokens and --concurrency must be ≥ 1")
-    if temperature <= 0:
-        raise ValueError("--temperature must be > 0 (the benchmark samples)")
-    if threads is not None and threads < 1:
-        raise ValueError("--threads must be ≥ 1")
+    for flag, value, hi in (("--prompts", prompts, 1024), ("--k", k, 256), ("--max-tokens", max_tokens, 4096),
+                            ("--concurrency", concurrency, 64)):
+        if not 1 <= value <= hi:
+            raise ValueError(f"{flag} must be in [1, {hi}], got {value}")
+    if not (math.isfinite(temperature) and 0 < temperature <= 5):
+        raise ValueError(f"--temperature must be in (0, 5] (the benchmark samples), got {temperature}")
+    if threads is not None and not 1 <= threads <= 1024:
+        raise ValueError(f"--threads must be in [1, 1024], got {threads}")
     import torch
 
     if threads is not None:

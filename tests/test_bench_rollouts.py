@@ -16,8 +16,12 @@ NO_LLAMA = "import sys; sys.modules['llama_cpp'] = None; sys.argv = ['arena', *s
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["--k", "0"], "must be ≥ 1"),
-    (["--temperature", "0"], "--temperature must be > 0"),
+    (["--k", "0"], "--k must be in [1, 256], got 0"),
+    (["--temperature", "0"], "--temperature must be in (0, 5]"),
+    (["--temperature", "nan"], "--temperature must be in (0, 5]"),
+    (["--max-tokens", "99999999999999999999"], "--max-tokens must be in [1, 4096]"),
+    (["--concurrency", "65"], "--concurrency must be in [1, 64]"),
+    (["--threads", "99999"], "--threads must be in [1, 1024]"),
     (["--prompts", "many"], "Invalid value for '--prompts'"),
 ])
 def test_bad_input_is_one_line(args, fragment):
