@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -129,3 +129,43 @@ def parse_with_retry(ask: Callable[[str | None], str], model: type[M], retries: 
         except ParseError as e:
             error = str(e)
     return ParseOutcome(None, error, raw)
+
+
+def sample_and_parse(
+    policy: Any,
+    messages: Sequence[dict[str, str]],
+    model: type[M],
+    retry_template: str,
+    temperature: float,
+    max_tokens: int,
+    seed: int | None,
+    prefill: str = "",
+    retries: int = 1,
+) -> ParseOutcome[M]:
+    """Sample one reply from ``policy`` and parse it as ``model``, retrying with the error shown.
+
+    The retry appends the bad reply and ``retry_template.format(error=...)`` to ``messages``
+    and samples with ``seed + attempt`` (the same seed often reproduces the same bad reply).
+    ``prefill`` starts the reply on backends that support it (``policy.supports_prefill``)
+    and is part of the returned raw text. Shared by the teacher and the task proposer.
+
+    Returns:
+        A :class:`ParseOutcome`; never raises on bad model output.
+    """
+    prefill = prefill if getattr(policy, "supports_prefill", False) else ""
+    replies: list[str] = []
+
+    def ask(error: str | None) -> str:
+        msgs = list(messages)
+        if error is not None and replies:
+            msgs += [
+                {"role": "assistant", "content": replies[-1]},
+                {"role": "user", "content": retry_template.format(error=error)},
+            ]
+        kwargs = {"prefill": prefill} if prefill else {}
+        attempt_seed = None if seed is None else seed + len(replies)
+        out = policy.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=attempt_seed, **kwargs)[0]
+        replies.append(prefill + out.text)
+        return replies[-1]
+
+    return parse_with_retry(ask, model, retries=retries)

@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.parsing import parse_with_retry
+from agents.parsing import sample_and_parse
 from agents.policy import Message, Policy
 from agents.solver import solver_messages
 from lessons.text import contains_token
@@ -217,23 +217,9 @@ def propose_task(
         validation error, and every raw reply. Never raises on bad model output.
     """
     base = proposer_messages(parent)
-    prefill = PROPOSER_PREFILL if getattr(proposer, "supports_prefill", False) else ""
-    replies: list[str] = []
-
-    def ask(error: str | None) -> str:
-        msgs = list(base)
-        if error is not None and replies:
-            msgs += [
-                {"role": "assistant", "content": replies[-1]},
-                {"role": "user", "content": PROPOSER_RETRY.format(error=error)},
-            ]
-        kwargs = {"prefill": prefill} if prefill else {}
-        s = None if seed is None else seed + len(replies)
-        out = proposer.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=s, **kwargs)[0]
-        replies.append(prefill + out.text)
-        return replies[-1]
-
-    outcome = parse_with_retry(ask, ProposedTask, retries=1)
+    outcome = sample_and_parse(
+        proposer, base, ProposedTask, PROPOSER_RETRY, temperature, max_tokens, seed, prefill=PROPOSER_PREFILL
+    )
     return outcome.value, outcome.error, outcome.raw
 
 

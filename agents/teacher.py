@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agents.parsing import parse_with_retry
+from agents.parsing import sample_and_parse
 from agents.policy import Message, Policy
 from lessons.ops import Reflection
 from lessons.text import contains_token
@@ -264,25 +264,9 @@ def reflect(
         ``reflection=None`` and the error; this function does not raise on bad model output.
     """
     base = teacher_messages(family, question, rollouts, lessons_shown, hint, library_note)
-    prefill = TEACHER_PREFILL if getattr(teacher, "supports_prefill", False) else ""
-
-    replies: list[str] = []
-
-    def ask(error: str | None) -> str:
-        msgs = list(base)
-        if error is not None and replies:
-            msgs += [
-                {"role": "assistant", "content": replies[-1]},
-                {"role": "user", "content": TEACHER_RETRY.format(error=error)},
-            ]
-        kwargs = {"prefill": prefill} if prefill else {}
-        # a retry samples with another seed: the same seed often reproduces the same bad reply
-        attempt_seed = None if seed is None else seed + len(replies)
-        out = teacher.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=attempt_seed, **kwargs)[0]
-        replies.append(prefill + out.text)
-        return replies[-1]
-
-    outcome = parse_with_retry(ask, Reflection, retries=1)
+    outcome = sample_and_parse(
+        teacher, base, Reflection, TEACHER_RETRY, temperature, max_tokens, seed, prefill=TEACHER_PREFILL
+    )
     if outcome.value is None:
         return ReflectResult(None, outcome.raw, outcome.error)
     screened, rejected = screen_reflection(
