@@ -70,8 +70,8 @@ def run(
     teacher: Annotated[str, typer.Option(help="Teacher model: local or openai:MODEL.")] = "local",
     lesson_tokens: Annotated[int, typer.Option(help="Token budget of the lessons in the solver prompt.")] = 512,
     library_tokens: Annotated[int, typer.Option(help="Token budget of all live lessons; an op past it is rejected.")] = 4096,
-    utility_every: Annotated[int, typer.Option(help="Utility A/B of lessons (with vs without) every N episodes; 0: off.")] = 0,
-    utility_lessons: Annotated[int, typer.Option(help="Lessons measured per utility check.")] = 4,
+    utility_every: Annotated[int, typer.Option(help="Utility A/B of lessons (with vs without) every N episodes; candidates become active on it; 0: off.")] = 4,
+    utility_lessons: Annotated[int, typer.Option(help="Lessons measured per utility check.")] = 2,
     utility_tasks: Annotated[int, typer.Option(help="Train tasks per lesson in a utility A/B.")] = 4,
     utility_samples: Annotated[int, typer.Option(help="Samples per task and arm in a utility A/B.")] = 4,
     success_threshold: Annotated[
@@ -92,6 +92,14 @@ def run(
     proposal_samples: Annotated[int, typer.Option(help="Independent samples that must confirm a proposal's answer where no verifier exists.")] = 4,
     proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,
     concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 4,
+    cycles: Annotated[int, typer.Option(help="Wake–sleep cycles: --rounds rounds of episodes, then a sleep (distillation into a LoRA the next cycle samples with).")] = 1,
+    sleep_objective: Annotated[Optional[str], typer.Option(help="arena distill objective of each sleep: distill, sft or guided-unweighted. Default: none with --cycles 1, distill with more.")] = None,
+    sleep_from: Annotated[str, typer.Option(help="base: each sleep trains a fresh LoRA on every cycle's successes so far (STaR); previous: continue the last adapter on this cycle's.")] = "base",
+    sleep_epochs: Annotated[float, typer.Option(help="Passes over a sleep's examples (when --sleep-steps is 0).")] = 4.0,
+    sleep_steps: Annotated[int, typer.Option(help="Optimizer steps per sleep (0: from --sleep-epochs).")] = 0,
+    sleep_lr: Annotated[float, typer.Option(help="Peak learning rate of a sleep.")] = 5e-4,
+    sleep_min_examples: Annotated[int, typer.Option(help="Refuse a sleep with fewer training examples than this.")] = 16,
+    sleep_min_guided_log_ratio: Annotated[float, typer.Option(help="Guided successes whose mean log π(y|x) − log π_old(y|x,hint) is below this (nats/token) are not trained.")] = -1.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -136,7 +144,10 @@ def run(
                 include_flagged=include_flagged,
                 curriculum=curriculum, target_pass=target_pass, proposer=proposer, proposals=proposals,
                 proposal_samples=proposal_samples, proposal_agreement=proposal_agreement,
-                concurrency=concurrency,
+                concurrency=concurrency, cycles=cycles, sleep_objective=sleep_objective, sleep_from=sleep_from,
+                sleep_epochs=sleep_epochs, sleep_steps=sleep_steps, sleep_lr=sleep_lr,
+                sleep_min_examples=sleep_min_examples, sleep_min_guided_log_ratio=sleep_min_guided_log_ratio,
+                adapter=adapter,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
             if adapter is not None:
@@ -151,6 +162,7 @@ def run(
         from arena.rewards import check_reward_tasks
 
         check_reward_tasks(cfg.reward, [*splits.train, *splits.heldout])
+        cfg.check_cycle_budget(len(splits.train))
         roles = make_roles(cfg)
         check_prompt_lengths(roles.solver, [*splits.train, *splits.heldout], cfg)
         if store is None:
@@ -188,6 +200,13 @@ def _fmt_eval(e: dict | None) -> str:
     return f"{e['pass_at_1']:.3f}  [{lo:.3f}, {hi:.3f}]  n={e['n']}"
 
 
+def _fmt_paired(p: dict | None) -> str:
+    if not p:
+        return "-"
+    lo, hi = p["ci95"]
+    return f"{p['diff']:+.3f}  [{lo:+.3f}, {hi:+.3f}]  McNemar p={p['p_value']:.3g}  n={p['n']}"
+
+
 def print_summary(summary: dict, console: Console) -> None:
     """The end-of-session table: counts, rewards and held-out pass@1 with 95% Wilson intervals."""
     t = Table(title=f"session {summary['session']}", show_header=False)
@@ -223,6 +242,14 @@ def print_summary(summary: dict, console: Console) -> None:
     t.add_row("held-out pass@1 before", _fmt_eval(summary.get("heldout_before")))
     t.add_row("held-out pass@1 after", _fmt_eval(summary.get("heldout_after")))
     t.add_row("  … after, no lessons", _fmt_eval(summary.get("heldout_after_no_lessons")))
+    for key, label in (("heldout_after_vs_before", "after − before (paired)"),
+                       ("lessons_vs_no_lessons", "lessons − no lessons (paired)")):
+        t.add_row(label, _fmt_paired(summary.get(key)))
+    if len(summary.get("cycles") or []) > 1 or any(c.get("adapter_id") for c in summary.get("cycles") or []):
+        for c in summary["cycles"]:
+            t.add_row(f"cycle {c['cycle']}", f"{c['adapter_id'] or 'no sleep'}: {c['examples']} examples; held-out "
+                      f"{_fmt_eval(c['heldout'])}; no lessons {_fmt_eval(c['heldout_no_lessons'])}; train pass@1 "
+                      f"{c['train_pass_at_1']}, pass@k {c['train_pass_at_k']}; vs before {_fmt_paired(c['vs_before'])}")
     if any(v["step"] != 0 for v in (summary.get("difficulty_final") or {}).values()):
         t.add_row("held-out pass@1 at final difficulty", _fmt_eval(summary.get("heldout_final_difficulty")))
         t.add_row("  … no lessons", _fmt_eval(summary.get("heldout_final_difficulty_no_lessons")))
@@ -414,6 +441,8 @@ def distill(
     grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = 2,
     max_seq_len: Annotated[int, typer.Option(help="Longest prompt + completion trained on, tokens.")] = 512,
     seed: Annotated[int, typer.Option(help="Seed of data order, LoRA init and dropout.")] = 0,
+    min_guided_log_ratio: Annotated[float, typer.Option(help="Guided successes whose mean log π(y|x) − log π_old(y|x,hint) is below this (nats/token) are skipped; -inf keeps all.")] = -1.0,
+    min_examples: Annotated[int, typer.Option(help="Refuse to train on fewer examples than this.")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout at the end.")] = False,
 ) -> None:
     """Distill a session's lessons and guided successes into a LoRA adapter, then evaluate and register it."""
@@ -432,7 +461,7 @@ def distill(
     try:
         cfg = DistillConfig(
             objective=objective, success_threshold=success_threshold, lesson_tokens=lesson_tokens,
-            eval_max_tokens=eval_max_tokens,
+            eval_max_tokens=eval_max_tokens, min_guided_log_ratio=min_guided_log_ratio, min_examples=min_examples,
             train=TrainConfig(max_steps=steps, epochs=epochs, lr=lr, rank=rank, alpha=alpha, batch_size=batch_size,
                               grad_accum=grad_accum, max_seq_len=max_seq_len, seed=seed),
         )
@@ -576,10 +605,6 @@ def bench_distill(
         Console().print(f"MFU (ours, {result['device']}): {result['mfu']:.3f}")
 
 
-bench_app = typer.Typer(help="Benchmarks against named baselines.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
-
-
 @bench_app.command("rollouts")
 def bench_rollouts(
     prompts: Annotated[int, typer.Option(help="Distinct prompts (solver chats of default-family tasks).")] = 16,
@@ -623,6 +648,78 @@ def bench_rollouts(
     ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "n/a (no baseline)"
     Console().print(f"ratio ours / llama.cpp: {ratio}   (load average before {r['loadavg_1min_before']}, "
                     f"after {r['loadavg_1min_after']}; {r['torch_threads']} threads)")
+
+
+@bench_app.command("learning")
+def bench_learning(
+    out: Annotated[Path, typer.Option(help="Directory for the condition libraries, learning.json and learning.png.")] = Path("bench-learning"),
+    quick: Annotated[bool, typer.Option("--quick", help="A tiny run of every condition (minutes): what the test suite runs.")] = False,
+    condition: Annotated[Optional[list[str]], typer.Option("--condition", help="base, lessons, sft, distill, loop, oracle (repeatable; default all).")] = None,
+    family: Annotated[Optional[str], typer.Option(help="reasoning-gym spec of the tasks (default: the default family).")] = None,
+    train_tasks: Annotated[Optional[int], typer.Option(help="Train tasks (default 32; --quick 4).")] = None,
+    heldout_tasks: Annotated[Optional[int], typer.Option(help="Held-out tasks of greedy pass@1 (default 128; --quick 6).")] = None,
+    rollouts: Annotated[Optional[int], typer.Option(help="Group size k (default 8; --quick 4).")] = None,
+    rounds: Annotated[Optional[int], typer.Option(help="Wake rounds per cycle (default 1).")] = None,
+    cycles: Annotated[Optional[int], typer.Option(help="Wake–sleep cycles (default 2; --quick 1).")] = None,
+    sleep_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per sleep and of the oracle (default 40; --quick 2).")] = None,
+    sleep_lr: Annotated[Optional[float], typer.Option(help="Peak learning rate of a sleep (default 5e-4).")] = None,
+    utility_every: Annotated[Optional[int], typer.Option(help="Utility A/B every N episodes in lessons and loop (default 16; --quick off).")] = None,
+    pass_k_tasks: Annotated[Optional[int], typer.Option(help="Held-out tasks of the sampled pass@1 / pass@k (default 32).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of task draws and sampling.")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
+) -> None:
+    """Does the loop make the solver better? base, lessons, sft, distill, loop and the oracle ceiling at one rollout budget."""
+    _quiet_libraries()
+    from agents.policy import PolicyError
+    from arena.learning_bench import CONDITIONS, LearningBenchConfig, LearningBenchError, run_learning_bench
+    from lessons.adapters import AdapterError
+    from lessons.distill_trainer import TrainingError
+    from lessons.store import StoreError
+
+    given = {k: v for k, v in dict(
+        family=family, train_tasks=train_tasks, heldout_tasks=heldout_tasks, rollouts=rollouts, rounds=rounds,
+        cycles=cycles, sleep_steps=sleep_steps, sleep_lr=sleep_lr, utility_every=utility_every,
+        pass_k_tasks=pass_k_tasks, seed=seed,
+        conditions=[c for spec in condition for c in spec.split(",") if c] if condition else None,
+    ).items() if v is not None}
+    console = Console(stderr=True)
+    try:
+        bcfg = LearningBenchConfig.quick(**given) if quick else LearningBenchConfig(**given)
+        if family is not None:
+            from arena.tasks import load_tasks
+
+            with contextlib.redirect_stdout(sys.stderr):
+                load_tasks([family], None, 1, 1, seed)  # a bad spec fails here, before any model loads
+        result = run_learning_bench(bcfg, out, console=console if not json_out else None,
+                                    log=lambda m: console.print(m))
+    except (LearningBenchError, PolicyError, AdapterError, TrainingError, StoreError, ValueError) as e:
+        raise fail(" ".join(str(e).split())) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+    if json_out:
+        print(json.dumps(result))
+        return
+    t = Table(title=f"arena bench learning: held-out greedy pass@1 (n = {bcfg.heldout_tasks}), vs base paired")
+    for col in ("condition", "pass@1 [95% CI]", "vs base (diff [CI], McNemar p)", "sampled pass@1 / pass@k",
+                "rollouts", "train tokens", "wall s"):
+        t.add_column(col)
+    for name in CONDITIONS:
+        r = result["conditions"].get(name)
+        if r is None:
+            continue
+        h, v, sp = r["heldout"], r.get("vs_base"), r["sampled"]
+        spk = sp[f"pass_at_{sp['k']}"]
+        vs = f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}], p={v['p_value']:.3g}" if v else "-"
+        t.add_row(name + (" (ceiling)" if r.get("ceiling") else "") + (" !" if r.get("error") else ""),
+                  f"{h['pass_at_1']:.3f} [{h['ci95'][0]:.3f}, {h['ci95'][1]:.3f}]", vs,
+                  f"{sp['pass_at_1']:.3f} / {spk:.3f} (k={sp['k']}, n={sp['n']})",
+                  str(r["rollouts"]), str(r["train_tokens"]), f"{r['wall_s']:.0f}")
+    Console().print(t)
+    for name, r in result["conditions"].items():
+        if r.get("error"):
+            Console().print(f"{name} stopped early: {r['error']}")
+    Console().print(f"figure {result['files']['png']}; figures {result['files']['json']}; load average before "
+                    f"{result['loadavg_before']}, after {result['loadavg_after']}; {result['wall_s']:.0f} s")
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Literal
@@ -11,6 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # chain_sum with 2 terms of 1–2 digits: the embedded 135M model's pass@8 is well above 0 here
 # (and pass@1 far below 1), so a group mixes successes and failures and reflection has signal.
 DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
+
+# The sleep objective of `arena run --cycles C` (C > 1) when --sleep-objective is not given: context
+# distillation of lessons-in-context successes plus Guide's importance-weighted guided successes.
+DEFAULT_SLEEP_OBJECTIVE = "distill"
+SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted")  # lessons.distill_config.OBJECTIVES (no torch import here)
 
 _ROLE = re.compile(r"^(local|openai:.+)$")
 REWARDS = ("verifier", "rubric-explicit", "rubric-implicit")
@@ -44,8 +50,8 @@ class SessionConfig(BaseModel):
     teacher_max_tokens: int = 192  # teacher reflection cap, tokens
     lesson_tokens: int = 512  # budget of the lessons section in the solver prompt, solver tokens
     library_tokens: int = 4096  # budget of all live (candidate + active) lessons, solver tokens; enforced per op
-    utility_every: int = 0  # utility A/B of lessons after every N episodes; 0: never
-    utility_lessons: int = 4  # lessons measured per utility check
+    utility_every: int = 4  # utility A/B of lessons after every N episodes (candidates become active on it); 0: never
+    utility_lessons: int = 2  # lessons measured per utility check
     utility_tasks: int = 4  # train tasks per lesson in a utility A/B
     utility_samples: int = 4  # samples per task and arm in a utility A/B
     success_threshold: float = 1.0  # reward at which a rollout counts as a success; all-fail groups get hints
@@ -68,6 +74,15 @@ class SessionConfig(BaseModel):
     proposal_samples: int = 4  # independent samples that confirm a proposal's answer where no verifier exists
     proposal_agreement: float = 0.75  # share of those samples that must agree with the proposed answer
     concurrency: int = 4  # episodes of a round in flight at once (their model calls are batched together)
+    # wake–sleep cycles (arena.cycles): each cycle is `rounds` rounds of episodes, then a sleep (distillation)
+    cycles: int = 1  # wake–sleep cycles; 1 without a sleep objective is a plain session
+    sleep_objective: str | None = None  # arena distill objective of each sleep; None: no sleep with 1 cycle, DEFAULT_SLEEP_OBJECTIVE with more
+    sleep_from: Literal["base", "previous"] = "base"  # base: a fresh LoRA on every cycle's data so far (STaR); previous: continue the last adapter on this cycle's data
+    sleep_epochs: float = 4.0  # passes over the sleep's examples (when sleep_steps is 0)
+    sleep_steps: int = 0  # optimizer steps per sleep; 0: from sleep_epochs
+    sleep_lr: float = 5e-4  # peak learning rate of a sleep (AdamW, warm-up then cosine)
+    sleep_min_examples: int = 16  # a sleep with fewer training examples is refused (it could only move style)
+    sleep_min_guided_log_ratio: float = -1.0  # guided successes below this mean log-ratio (nats/token) are not trained
 
     @field_validator("tasks_file")
     @classmethod
@@ -183,7 +198,60 @@ class SessionConfig(BaseModel):
             raise ValueError(f"concurrency must be in [1, 64] episodes in flight, got {self.concurrency}")
         if not self.families and self.tasks_file is None:
             raise ValueError("no tasks: pass --family NAME or --tasks-file F")
+        self._check_cycles()
         return self
+
+    def _check_cycles(self) -> None:
+        if not 1 <= self.cycles <= 100:
+            raise ValueError(f"--cycles must be in [1, 100] wake–sleep cycles, got {self.cycles}")
+        if self.sleep_objective is not None and self.sleep_objective not in SLEEP_OBJECTIVES:
+            raise ValueError(f"--sleep-objective must be one of {', '.join(SLEEP_OBJECTIVES)}, got {self.sleep_objective!r}")
+        if self.sleep is None:
+            return
+        if self.solver != "local":
+            raise ValueError(f"a sleep trains the solver's weights, which needs the local solver (got --solver {self.solver}); "
+                             "pass --solver local or --cycles 1 without --sleep-objective")
+        if self.reward != "verifier":
+            raise ValueError(f"a sleep trains on verifier successes; --reward {self.reward} sessions cannot sleep")
+        if self.sleep_from == "previous" and self.cycles == 1 and self.adapter is None:
+            raise ValueError("--sleep-from previous needs a previous adapter: pass --adapter ID, or --cycles 2 or more")
+        if not math.isfinite(self.sleep_epochs) or not 0 < self.sleep_epochs <= 1000:
+            raise ValueError(f"--sleep-epochs must be in (0, 1000], got {self.sleep_epochs}")
+        if self.sleep_steps < 0:
+            raise ValueError(f"--sleep-steps must be >= 0 (0: from --sleep-epochs), got {self.sleep_steps}")
+        if not 0.0 < self.sleep_lr <= 1.0:
+            raise ValueError(f"--sleep-lr must be in (0, 1], got {self.sleep_lr}")
+        if self.sleep_min_examples < 1:
+            raise ValueError(f"--sleep-min-examples must be >= 1, got {self.sleep_min_examples}")
+        if math.isnan(self.sleep_min_guided_log_ratio) or self.sleep_min_guided_log_ratio > 0:
+            raise ValueError(f"--sleep-min-guided-log-ratio must be <= 0 nats per token, got {self.sleep_min_guided_log_ratio}")
+
+    @property
+    def sleep(self) -> str | None:
+        """The objective of each cycle's sleep: ``sleep_objective``, else DEFAULT_SLEEP_OBJECTIVE with 2+ cycles, else None."""
+        if self.sleep_objective is not None:
+            return self.sleep_objective
+        return DEFAULT_SLEEP_OBJECTIVE if self.cycles > 1 else None
+
+    def check_cycle_budget(self, n_train: int) -> None:
+        """Refuse cycles whose wake cannot yield a sleep's minimum of examples (before anything is written).
+
+        A cycle samples ``n_train × rounds × rollouts`` unguided rollouts (plus guided ones for
+        all-fail groups, which may be screened out); if even that is below
+        ``sleep_min_examples`` no sleep can ever train.
+
+        Raises:
+            ConfigError: saying how many rollouts a cycle has and how many examples a sleep needs.
+        """
+        if self.sleep is None:
+            return
+        per_cycle = n_train * self.rounds * self.rollouts
+        if per_cycle < self.sleep_min_examples:
+            raise ConfigError(
+                f"a cycle samples {per_cycle} rollouts ({n_train} train tasks x {self.rounds} rounds x {self.rollouts} "
+                f"rollouts), fewer than the {self.sleep_min_examples} examples a sleep needs; raise --train-tasks, "
+                "--rounds or --rollouts, or lower --sleep-min-examples"
+            )
 
     @property
     def proposals_per_round(self) -> int:

@@ -48,7 +48,8 @@ from lessons.adapters import (
     check_adapter_dir,
     save_adapter,
 )
-from lessons.distill import build_dataset, require_examples
+from lessons.adapter_store import TrainingRollout
+from lessons.distill import DistillDataset, NoTrainingData, build_dataset, data_report, require_examples, screen_implausible
 from lessons.distill_config import DistillConfig
 from lessons.store import LessonStore
 
@@ -201,7 +202,7 @@ def evaluate(
         shown = [retrieve_for_task(store, t, lesson_tokens, policy.count_tokens, exclude)[1] for t in tasks]
         if not any(shown):
             return reuse
-    rewards, details = evaluate_heldout(store, policy, tasks, with_lessons, lesson_tokens, max_tokens, exclude)
+    rewards, details = evaluate_heldout(store, policy, tasks, with_lessons, lesson_tokens, max_tokens, exclude=exclude)
     return EvalResult(rewards, [row["lessons"] for row in details["tasks"]])
 
 
@@ -234,6 +235,101 @@ def distilled_lessons(
                 f"{bl}/{n} = {bl / n:.3f}, 95% CI [{lo:.3f}, {hi:.3f}], base alone {b}/{n}, on the {n} tasks that showed it"
             )
     return out
+
+
+# --------------------------------------------------------------------------- the pipeline, step by step
+# (shared by `arena distill` and the sleeps of `arena run --cycles`)
+
+
+def collect_data(
+    store: LessonStore, session: str, cfg: DistillConfig, rounds: Collection[int] | None = None
+) -> tuple[list[TrainingRollout], DistillDataset]:
+    """The session's train rollouts and the examples of ``cfg.objective`` (no model needed: fails fast).
+
+    ``rounds``: only rollouts of episodes in these session rounds (a cycle's, for
+    ``--sleep-from previous``); None: every round.
+
+    Raises:
+        NoTrainingData: no eligible example (the message lists what was skipped and why).
+        lessons.store.StoreError: no such session.
+    """
+    rollouts = AdapterStore(store).training_rollouts(session)
+    if rounds is not None:
+        rollouts = [r for r in rollouts if r.episode_round in rounds]
+    data = build_dataset(rollouts, cfg.objective, cfg.success_threshold, strip_lessons_section)
+    require_examples(data, session, cfg.success_threshold)
+    return rollouts, data
+
+
+def screen_data(
+    store: LessonStore, session: str, rollouts: Sequence[TrainingRollout], data: DistillDataset, policy: Any,
+    cfg: DistillConfig,
+) -> dict[str, Any]:
+    """Screen guided successes with the policy training starts from, check the size, report the data.
+
+    Guided examples implausible without their hint are dropped
+    (:func:`lessons.distill.screen_implausible`, threshold ``cfg.min_guided_log_ratio``,
+    scored by ``policy.token_logprobs``); then the data must hold ``cfg.min_examples``.
+
+    Returns:
+        :func:`lessons.distill.data_report` (examples by kind, tokens, distinct tasks, coverage
+        of the session's train tasks, skip reasons, guided log-ratio quantiles).
+
+    Raises:
+        NoTrainingData: nothing left, or fewer than ``cfg.min_examples`` examples (saying how
+            many it has and needs).
+    """
+    ratios: list[float] = []
+    if any(e.kind == "guided" for e in data.examples) and cfg.min_guided_log_ratio > float("-inf"):
+        ratios = screen_implausible(data, rollouts, policy.token_logprobs, cfg.min_guided_log_ratio)
+        require_examples(data, session, cfg.success_threshold)
+    if len(data.examples) < cfg.min_examples:
+        raise NoTrainingData(
+            f"session {session!r} has {len(data.examples)} training examples for objective {data.objective} "
+            f"(skipped: {', '.join(f'{n} {k}' for k, n in sorted(data.skipped.items())) or 'none'}); a sleep needs "
+            f"at least {cfg.min_examples} to train meaningfully: run more train tasks or rounds, or lower --sleep-min-examples"
+        )
+    train_keys = [t.task_key for t in store.stored_tasks(session, split="train")]
+    return data_report(data, train_keys, ratios)
+
+
+def train_and_save(
+    policy: Any, data: DistillDataset, cfg: DistillConfig, out_dir: Path, sidecar: AdapterSidecar,
+    console: Any | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Train a LoRA on ``policy``'s model (a fresh base, or a loaded adapter to continue) and save it atomically.
+
+    Returns:
+        ``(path, metrics)``: the adapter directory (peft files + sidecar with ``metrics``) and
+        the trainer's metrics.
+
+    Raises:
+        lessons.distill_trainer.TrainingError / lessons.adapters.AdapterError.
+    """
+    from lessons.distill_trainer import train
+
+    peft_model, result = train(policy.model, policy.tokenizer, data.examples, cfg.train,
+                               eos_id=policy.eos_token_id, console=console)
+    sidecar.metrics = result.metrics()
+    path = save_adapter(peft_model, out_dir, sidecar)
+    del peft_model
+    gc.collect()
+    return path, result.metrics()
+
+
+def fresh_out_dir(store: LessonStore, out_dir: Path | None, name: str) -> Path:
+    """The adapter directory: ``out_dir`` or ``adapters/<name>`` beside a SQLite database (else the cwd).
+
+    Raises:
+        DistillError: it exists and is not empty.
+    """
+    if out_dir is None:
+        root = store.sqlite_path.absolute().parent if store.sqlite_path is not None else Path.cwd()
+        out_dir = root / "adapters" / name
+    out_dir = out_dir.expanduser().absolute()
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise DistillError(f"adapter directory {out_dir} already exists; pass another --out or remove it")
+    return out_dir
 
 
 # --------------------------------------------------------------------------- the pipeline
@@ -273,25 +369,18 @@ def run_distill(
         agents.policy.PolicyError: the base model cannot be loaded.
     """
     from agents.local import LocalPolicy
-    from lessons.distill_trainer import train
 
     astore = AdapterStore(store)
     # ---- data (before any model is loaded: bad input fails fast and writes nothing)
-    rollouts = astore.training_rollouts(session)
-    data = build_dataset(rollouts, cfg.objective, cfg.success_threshold, strip_lessons_section)
-    require_examples(data, session, cfg.success_threshold)
+    rollouts, data = collect_data(store, session, cfg)
     session_cfg, tasks = session_heldout(store, db, session)
     adapter_id = astore.next_adapter_id()
-    if out_dir is None:
-        root = store.sqlite_path.absolute().parent if store.sqlite_path is not None else Path.cwd()
-        out_dir = root / "adapters" / adapter_id
-    out_dir = out_dir.expanduser().absolute()
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise DistillError(f"adapter directory {out_dir} already exists; pass another --out or remove it")
+    out_dir = fresh_out_dir(store, out_dir, adapter_id)
 
-    # ---- base model, and its held-out pass@1 without / with lessons
+    # ---- base model: screen the guided data, then its held-out pass@1 without / with lessons
     policy = LocalPolicy(model_dir=base_model)
     policy.load()
+    report = screen_data(store, session, rollouts, data, policy, cfg)
     base_dir = policy.model_dir
     fingerprint = base_fingerprint(base_dir)
     ev: dict[str, EvalResult] = {}
@@ -299,16 +388,14 @@ def run_distill(
     ev["base_lessons"] = evaluate(store, policy, tasks, True, (), cfg.lesson_tokens, cfg.eval_max_tokens, ev["base"])
 
     # ---- train
-    peft_model, result = train(policy.model, policy.tokenizer, data.examples, cfg.train,
-                               eos_id=policy.eos_token_id, console=console)
-    provenance = {**data.provenance(), "session": session}
+    provenance = {**data.provenance(), "session": session, "report": report}
     sidecar = AdapterSidecar(
         adapter_id=adapter_id, base_model=fingerprint, objective=cfg.objective, session=session,
-        config=cfg.model_dump(mode="json"), data=provenance, metrics=result.metrics(),
+        config=cfg.model_dump(mode="json"), data=provenance, metrics={},
         created_at=datetime.now(UTC).isoformat(),
     )
-    path = save_adapter(peft_model, out_dir, sidecar)
-    del peft_model, policy
+    path, metrics = train_and_save(policy, data, cfg, out_dir, sidecar, console)
+    del policy
     gc.collect()
     registered = False
     try:
@@ -328,7 +415,7 @@ def run_distill(
             AdapterRecord(
                 adapter_id=adapter_id, path=str(path), base_model=fingerprint, objective=cfg.objective,
                 session_id=store.get_session(session).id, config=cfg.model_dump(mode="json"), data=provenance,
-                metrics=result.metrics(), eval=sidecar.eval, in_context=in_context, distilled=distilled,
+                metrics=metrics, eval=sidecar.eval, in_context=in_context, distilled=distilled,
             )
         )
         registered = True
@@ -342,7 +429,7 @@ def run_distill(
         "objective": cfg.objective,
         "base_model": fingerprint,
         "data": {k: v for k, v in provenance.items() if k not in ("rollout_ids",)},
-        "train": {k: v for k, v in result.metrics().items() if k != "loss_curve"},
+        "train": {k: v for k, v in metrics.items() if k != "loss_curve"},
         "eval": {name: ev[name].summary() for name in CONDITIONS},
         "in_context": info.in_context,
         "distilled": info.distilled,

@@ -64,6 +64,7 @@ class EpisodeSettings:
     hint_max_tokens: int = 96  # cap on a teacher-written plan, tokens
     include_flagged: bool = False  # show reward-hack-flagged rollouts to the teacher's reflection
     exclude_lessons: tuple[str, ...] = ()  # lessons distilled into the solver's adapter: kept out of its prompt
+    adapter_id: str | None = None  # readable id of the solver's adapter (recorded on every rollout); None: base model
 
 
 class EpisodeState(TypedDict, total=False):
@@ -111,8 +112,13 @@ def retrieve_for_task(
     question and by their curation prior (:mod:`lessons.retrieval`), cut to
     ``budget_tokens`` of the solver's tokenizer; ``exclude`` leaves lesson ids out. Shared
     by the graph, evaluation and utility A/Bs.
+
+    Visibility: a train task sees candidates and active lessons (candidates gather their
+    evidence there); any other task (held-out evaluation) sees ``active`` lessons only, so an
+    untested lesson never reaches a held-out prompt.
     """
-    return retrieve(store, task.family, task.question, budget_tokens, count_tokens, exclude)
+    return retrieve(store, task.family, task.question, budget_tokens, count_tokens, exclude,
+                    active_only=task.split != "train")
 
 
 def build_episode_graph(
@@ -303,6 +309,7 @@ def build_episode_graph(
                 hint=HintRecord(h["mode"], h["text"], h["hint_id"]) if h else None,
                 started_at=datetime.fromisoformat(state["started_at"]) if state.get("started_at") else None,
                 finished_at=datetime.now(timezone.utc),
+                adapter_id=settings.adapter_id,
             )
         )
         if rubric_store is not None and strategy.kind != "verifier":  # idempotent: runs again on a resumed curate

@@ -20,6 +20,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from arena.stats import mean_pass_at_k, wilson_interval
 from arena.rewards import RewardStrategy, RubricReward, make_reward
 from arena.tasks import Task, TaskSplits, score
 from arena.utility import UtilitySettings, maybe_check_utility
+from lessons.adapter_store import AdapterStore
 from lessons.curation import CurationPolicy
 from lessons.rubric_store import RubricStore
 from lessons.store import LessonStore, StoreError
@@ -288,7 +290,10 @@ def run_session(
     thread_prefix = f"{session_name}#{session_id}@{created}"
     task_by_key = {t.task_key: t for t in [*splits.train, *splits.heldout]}
 
+    from arena.cycles import HeldoutEvals, Solver, adapter_solver, cycle_adapters, eval_name, sleep
+
     exclude = adapter_distilled_lessons(store, cfg.adapter)
+    solver = Solver(roles.solver, adapter_label(store, cfg.adapter), Path(cfg.adapter) if cfg.adapter else None, exclude)
     own_conn = None
     if checkpointer is None:
         from langgraph.checkpoint.sqlite import SqliteSaver
@@ -305,6 +310,7 @@ def run_session(
         hint_modes=tuple(cfg.hint_modes),
         include_flagged=cfg.include_flagged,
         exclude_lessons=exclude,
+        adapter_id=solver.adapter_id,
     )
     store.curation_policy = CurationPolicy(library_tokens=cfg.library_tokens)
     store.count_tokens = roles.solver.count_tokens
@@ -319,7 +325,6 @@ def run_session(
         temperature=cfg.temperature,
         max_tokens=cfg.max_tokens,
     )
-    graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer, reward=reward, rubric_store=rubric_store)
     online_due: list[str] = []  # episode keys since the last online-rubric update
     online_log: list[Any] = []  # OnlineUpdate per task per update, for the summary
     curriculum = SessionCurriculum(
@@ -350,14 +355,15 @@ def run_session(
         if progress:
             progress.start()
         done_evals = store.evaluations(session_id)
+        evals = HeldoutEvals(store, session_id, splits.heldout, cfg.lesson_tokens, cfg.max_tokens)
 
         def run_eval(name: str, with_lessons: bool, heldout: Sequence[Task] = splits.heldout) -> None:
             if name in done_evals:
                 return
             bar = progress.add_task(f"eval {name}", total=len(heldout), status="") if progress else None
             rewards, details = evaluate_heldout(
-                store, roles.solver, heldout, with_lessons, cfg.lesson_tokens, cfg.max_tokens, reward, session_id,
-                exclude,
+                store, solver.policy, heldout, with_lessons, cfg.lesson_tokens, cfg.max_tokens, reward, session_id,
+                solver.exclude,
             )
             s = _eval_summary(rewards)
             store.record_evaluation(session_id, name, "heldout", with_lessons, rewards, tuple(s["ci95"]), details)
@@ -365,67 +371,99 @@ def run_session(
                 progress.update(bar, completed=len(rewards), status=f"pass@1 {s['pass_at_1']:.3f}")
 
         run_eval("heldout_before", True)
+        evals.adopt_plain("heldout_before", solver.adapter_id)
         finished = store.finished_episode_keys(session_id)
-        for rnd in range(1, cfg.rounds + 1):
-            round_tasks = curriculum.tasks_for_round(rnd)
-            bar = (
-                progress.add_task(f"round {rnd}/{cfg.rounds}", total=len(round_tasks), status="")
-                if progress
-                else None
-            )
-            rewards_so_far: list[float] = []
+        slept = cycle_adapters(store, session_name) if cfg.sleep else {}
+        sleeps: list[dict[str, Any]] = []
+        for cycle in range(1, cfg.cycles + 1):
+            first, last = (cycle - 1) * cfg.rounds + 1, cycle * cfg.rounds
+            if cycle > 1 and cycle - 1 in slept and solver.adapter_id != slept[cycle - 1].adapter_id:
+                solver = adapter_solver(slept[cycle - 1], solver.exclude)  # resumed: the last cycle's adapter samples
+            roles = replace(roles, solver=solver.policy)
+            settings = replace(settings, adapter_id=solver.adapter_id, exclude_lessons=solver.exclude)
+            graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer, reward=reward,
+                                        rubric_store=rubric_store)
+            for rnd in range(first, last + 1):
+                round_tasks = curriculum.tasks_for_round(rnd)
+                bar = (
+                    progress.add_task(f"round {rnd}/{cfg.rounds * cfg.cycles}", total=len(round_tasks), status="")
+                    if progress
+                    else None
+                )
+                rewards_so_far: list[float] = []
 
-            def sampled(state: dict) -> None:  # an episode reached curate (called from worker threads)
-                rewards_so_far.extend(g["reward"] for g in state.get("grades", []) if g["reward"] is not None)
+                def sampled(state: dict) -> None:  # an episode reached curate (called from worker threads)
+                    rewards_so_far.extend(g["reward"] for g in state.get("grades", []) if g["reward"] is not None)
+                    if progress:
+                        mean = sum(rewards_so_far) / len(rewards_so_far) if rewards_so_far else float("nan")
+                        progress.update(bar, advance=1, status=f"mean reward {mean:.3f}")
+
+                todo = [(f"r{rnd:03d}-{t.task_key}", t) for t in round_tasks]
                 if progress:
-                    mean = sum(rewards_so_far) / len(rewards_so_far) if rewards_so_far else float("nan")
-                    progress.update(bar, advance=1, status=f"mean reward {mean:.3f}")
+                    progress.update(bar, advance=sum(key in finished for key, _ in todo))
+                todo = [(key, t) for key, t in todo if key not in finished]
+                threads = {key: {"configurable": {"thread_id": f"{thread_prefix}/{key}"}} for key, _ in todo}
 
-            todo = [(f"r{rnd:03d}-{t.task_key}", t) for t in round_tasks]
-            if progress:
-                progress.update(bar, advance=sum(key in finished for key, _ in todo))
-            todo = [(key, t) for key, t in todo if key not in finished]
-            threads = {key: {"configurable": {"thread_id": f"{thread_prefix}/{key}"}} for key, _ in todo}
+                def to_curate(item: tuple[str, Task]) -> None:
+                    key, task = item
+                    thread = threads[key]
+                    snapshot = graph.get_state(thread)
+                    if tuple(snapshot.next) == (CURATE_NODE,):  # resumed: this episode already waits for curate
+                        pass
+                    elif snapshot.next:  # interrupted mid-episode: continue from the checkpoint
+                        graph.invoke(None, thread, interrupt_before=[CURATE_NODE])
+                    else:
+                        graph.invoke(
+                            {
+                                "session_id": session_id,
+                                "episode_key": key,
+                                "round": rnd,
+                                "task_key": task.task_key,
+                                "seed": episode_seed(cfg.seed, key),
+                                "started_at": datetime.now(timezone.utc).isoformat(),
+                            },
+                            thread,
+                            interrupt_before=[CURATE_NODE],
+                        )
+                    sampled(graph.get_state(thread).values)
 
-            def to_curate(item: tuple[str, Task]) -> None:
-                key, task = item
-                thread = threads[key]
-                snapshot = graph.get_state(thread)
-                if tuple(snapshot.next) == (CURATE_NODE,):  # resumed: this episode already waits for curate
-                    pass
-                elif snapshot.next:  # interrupted mid-episode: continue from the checkpoint
-                    graph.invoke(None, thread, interrupt_before=[CURATE_NODE])
-                else:
-                    graph.invoke(
-                        {
-                            "session_id": session_id,
-                            "episode_key": key,
-                            "round": rnd,
-                            "task_key": task.task_key,
-                            "seed": episode_seed(cfg.seed, key),
-                            "started_at": datetime.now(timezone.utc).isoformat(),
-                        },
-                        thread,
-                        interrupt_before=[CURATE_NODE],
-                    )
-                sampled(graph.get_state(thread).values)
+                # Phase 1: every episode of the round runs up to curate, `concurrency` at a time; they all
+                # see the library as it stood at the end of the previous round (nothing is curated yet).
+                run_bounded(to_curate, todo, cfg.concurrency)
+                # Phase 2: curate in task order, so the stored library does not depend on concurrency.
+                for key, _ in todo:
+                    thread = threads[key]
+                    final = graph.invoke(None, thread)
+                    checkpointer.delete_thread(thread["configurable"]["thread_id"])
+                    if on_episode:
+                        on_episode(final)
+                    online_due.append(key)
+                    if cfg.online_rubrics and len(online_due) >= cfg.online_rubrics:
+                        online_log += _online_rubrics_update(cfg, rubric_store, session_id, roles, task_by_key, online_due)
+                        online_due = []
+                    maybe_check_utility(store, solver.policy, session_id, round_tasks, utility, cfg.seed)
 
-            # Phase 1: every episode of the round runs up to curate, `concurrency` at a time; they all
-            # see the library as it stood at the end of the previous round (nothing is curated yet).
-            run_bounded(to_curate, todo, cfg.concurrency)
-            # Phase 2: curate in task order, so the stored library does not depend on concurrency.
-            for key, _ in todo:
-                thread = threads[key]
-                final = graph.invoke(None, thread)
-                checkpointer.delete_thread(thread["configurable"]["thread_id"])
-                if on_episode:
-                    on_episode(final)
-                online_due.append(key)
-                if cfg.online_rubrics and len(online_due) >= cfg.online_rubrics:
-                    online_log += _online_rubrics_update(cfg, rubric_store, session_id, roles, task_by_key, online_due)
-                    online_due = []
-                maybe_check_utility(store, roles.solver, session_id, round_tasks, utility, cfg.seed)
-            curriculum.end_round(rnd)  # band decision per family, then proposals
+                curriculum.end_round(rnd)  # band decision per family, then proposals
+            if cfg.sleep is None:
+                continue
+            if cycle in slept:  # the sleep finished before an interruption: load its adapter
+                solver = adapter_solver(slept[cycle], solver.exclude)
+            else:
+                bar = progress.add_task(f"sleep {cycle}/{cfg.cycles}", total=None, status=cfg.sleep) if progress else None
+                solver, record = sleep(store, session_name, session_id, cycle, cfg, solver, evals, console)
+                slept[cycle] = AdapterStore(store).get_adapter(record["adapter_id"])
+                sleeps.append(record)
+                if progress:
+                    progress.update(bar, total=1, completed=1, status=f"{record['adapter_id']}: {record['data']['examples']} examples")
+            for lessons in (True, False):  # a resumed cycle may lack them (kill after registration)
+                evals.run(eval_name(cycle, lessons), solver, lessons)
+        if cfg.sleep is not None and slept.get(cfg.cycles) is not None and solver.adapter_id != slept[cfg.cycles].adapter_id:
+            solver = adapter_solver(slept[cfg.cycles], solver.exclude)
+        if cfg.sleep is not None:  # after the last sleep: the last cycle's figures, not measured again
+            for name, lessons in (("heldout_after", True), ("heldout_after_no_lessons", False)):
+                if name not in done_evals:
+                    evals.record(name, evals.run(eval_name(cfg.cycles, lessons), solver, lessons), lessons, solver.adapter_id)
+            done_evals = store.evaluations(session_id)
         run_eval("heldout_after", True)
         run_eval("heldout_after_no_lessons", False)
         final_heldout = curriculum.final_heldout()  # None: every family ended at its starting difficulty
@@ -455,6 +493,14 @@ def run_session(
     summary["wall_time_s"] = round(time.perf_counter() - t_start, 1)
     store.set_session_status(session_id, "finished", summary)
     return summary
+
+
+def adapter_label(store: LessonStore, adapter: str | None) -> str | None:
+    """The readable id of the solver's ``--adapter`` (its registered id, else its directory); None without one."""
+    if not adapter:
+        return None
+    info = AdapterStore(store).find_by_path(adapter)
+    return info.adapter_id if info is not None else str(adapter)
 
 
 def adapter_distilled_lessons(store: LessonStore, adapter: str | None) -> tuple[str, ...]:
@@ -505,6 +551,13 @@ def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: S
             }
         )
     summary["rounds"] = rounds
+    from arena.cycles import HeldoutEvals, cycles_summary, paired
+
+    stored = HeldoutEvals(store, session_id, [], cfg.lesson_tokens, cfg.max_tokens).stored
+    after = stored("heldout_after")
+    summary["heldout_after_vs_before"] = paired(after, stored("heldout_before"))
+    summary["lessons_vs_no_lessons"] = paired(after, stored("heldout_after_no_lessons"))
+    summary["cycles"] = cycles_summary(store, session_name, session_id, cfg)
     summary.update(hint_summary(store.group_outcomes(session_id), cfg.success_threshold))
     if cfg.reward != "verifier":
         summary.update(rubric_summary(RubricStore(store), session_id, evals))

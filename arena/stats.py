@@ -81,3 +81,58 @@ def paired_difference_interval(
     du = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
     diff = p1 - p2
     return diff, max(-1.0, diff - dl), min(1.0, diff + du)
+
+
+def mcnemar_exact(a_pass: Sequence[bool], b_pass: Sequence[bool]) -> tuple[int, int, float]:
+    """Exact McNemar test of two paired pass/fail outcomes on the same tasks (McNemar 1947).
+
+    Only the discordant pairs carry information: ``b`` tasks pass under A and fail under B,
+    ``c`` the reverse. Under H0 (equal pass rates) ``b ~ Binomial(b + c, 1/2)``; the p-value is
+    scipy's exact two-sided binomial test (``scipy.stats.binomtest``). No discordant pair
+    gives p = 1.
+
+    Args:
+        a_pass, b_pass: paired outcomes, equal lengths n ≥ 1.
+
+    Returns:
+        ``(b, c, p_value)``.
+
+    Raises:
+        ValueError: lengths differ or are 0.
+    """
+    if not a_pass or len(a_pass) != len(b_pass):
+        raise ValueError(f"need two equal, non-empty sequences of paired outcomes (got {len(a_pass)} and {len(b_pass)})")
+    from scipy.stats import binomtest
+
+    b = sum(1 for x, y in zip(a_pass, b_pass) if x and not y)
+    c = sum(1 for x, y in zip(a_pass, b_pass) if y and not x)
+    p = 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
+    return b, c, p
+
+
+def paired_comparison(a_pass: Sequence[bool], b_pass: Sequence[bool]) -> dict[str, float | int | list[float]]:
+    """A vs B on the same tasks: the paired difference of pass@1 with its 95% CI and McNemar's exact p.
+
+    The interval is Newcombe's paired-difference interval (:func:`paired_difference_interval`,
+    method 10 of Newcombe 1998); the p-value is :func:`mcnemar_exact`.
+
+    Returns:
+        ``{"n", "a_pass_at_1", "b_pass_at_1", "diff", "ci95": [lo, hi], "a_only", "b_only", "p_value"}``
+        (``a_only``/``b_only``: the discordant counts), rounded to 4 places.
+
+    Raises:
+        ValueError: lengths differ or are 0.
+    """
+    b, c, p = mcnemar_exact(a_pass, b_pass)
+    diff, lo, hi = paired_difference_interval(a_pass, b_pass)
+    n = len(a_pass)
+    return {
+        "n": n,
+        "a_pass_at_1": round(sum(map(bool, a_pass)) / n, 4),
+        "b_pass_at_1": round(sum(map(bool, b_pass)) / n, 4),
+        "diff": round(diff, 4),
+        "ci95": [round(lo, 4), round(hi, 4)],
+        "a_only": b,
+        "b_only": c,
+        "p_value": round(p, 6),
+    }

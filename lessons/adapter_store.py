@@ -30,6 +30,7 @@ from lessons.db import (
     AdapterLessonRow,
     AdapterRow,
     EpisodeRow,
+    HintRow,
     LessonEventRow,
     LessonRow,
     RolloutRow,
@@ -60,6 +61,9 @@ class TrainingRollout:
     finish_reason: str  # "stop" (end of turn) or "length"
     hint_id: int | None
     lessons_in_context: list[str]  # readable lesson ids in the episode's solver prompt
+    hint_text: str | None = None  # guided only: the hint that was in the sampling context
+    adapter_id: str | None = None  # the solver's adapter that sampled it (π_old); None: the base model
+    episode_round: int = 1  # the session round of its episode (cycles number rounds on: cycle c holds its own rounds)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ class AdapterInfo:
     in_context: list[str]  # readable ids of the lessons whose effect was trained in
     distilled: list[str]  # readable ids of the lessons it keeps (they leave the prompt while it is in use)
     created_at: datetime
+    parent_adapter: str | None = None  # the adapter it followed in a session's wake–sleep cycles (None: first / arena distill)
+    cycle: int | None = None  # the cycle of `arena run --cycles` that trained it (None: arena distill)
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,8 @@ class AdapterRecord:
     eval: dict[str, Any]
     in_context: list[str]  # readable lesson ids
     distilled: dict[str, str]  # readable lesson id -> rationale with the measured figures
+    parent_adapter: str | None = None  # the previous adapter of the session's cycles (None: first / arena distill)
+    cycle: int | None = None  # the wake–sleep cycle that trained it (None: arena distill)
 
 
 class AdapterStore:
@@ -120,9 +128,11 @@ class AdapterStore:
             if sid is None:
                 raise StoreError(f"no session named {session!r}")
             rows = s.execute(
-                select(RolloutRow, TaskRow.task_key, TaskRow.family, EpisodeRow.lessons_in_context)
+                select(RolloutRow, TaskRow.task_key, TaskRow.family, EpisodeRow.lessons_in_context, HintRow.text,
+                       EpisodeRow.round)
                 .join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
                 .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
+                .outerjoin(HintRow, RolloutRow.hint_id == HintRow.id)
                 .where(EpisodeRow.session_id == sid, TaskRow.split == "train")
                 .order_by(RolloutRow.id)
             ).all()
@@ -142,8 +152,11 @@ class AdapterStore:
                     finish_reason=r.finish_reason,
                     hint_id=r.hint_id,
                     lessons_in_context=list(ctx or []),
+                    hint_text=hint_text if r.guided else None,
+                    adapter_id=r.adapter_id,
+                    episode_round=int(rnd),
                 )
-                for r, key, family, ctx in rows
+                for r, key, family, ctx, hint_text, rnd in rows
             ]
 
     # ----------------------------------------------------------------- adapters
@@ -186,6 +199,8 @@ class AdapterStore:
                 data=dict(rec.data),
                 metrics=dict(rec.metrics),
                 evaluation=dict(rec.eval),
+                parent_adapter=rec.parent_adapter,
+                cycle=rec.cycle,
                 created_at=now,
             )
             s.add(row)
@@ -264,4 +279,6 @@ class AdapterStore:
             in_context=by_rel["in_context"],
             distilled=by_rel["distilled"],
             created_at=row.created_at,
+            parent_adapter=row.parent_adapter,
+            cycle=row.cycle,
         )

@@ -253,6 +253,7 @@ class RolloutRow(Base):
     judge_rating: Mapped[float | None] = mapped_column(Float)  # implicit aggregation: the judge's 1-10 rating
     verifier_reward: Mapped[float | None] = mapped_column(Float)  # tasks with a verifier and a rubric: the verifier's reward
     hack_flags: Mapped[list[Any] | None] = mapped_column(JSON())  # reward-hack flags, e.g. ["verifier_disagrees"]; [] or NULL: none
+    adapter_id: Mapped[str | None] = mapped_column(String(50))  # readable id of the LoRA adapter that sampled it; NULL: the base model
 
     episode: Mapped[EpisodeRow] = relationship(back_populates="rollouts")
 
@@ -453,6 +454,8 @@ class AdapterRow(Base):
     data: Mapped[JSONDict]  # data provenance: rollout ids, lesson ids, hint ids, example counts
     metrics: Mapped[JSONDict]  # training figures: steps, tokens, final loss, tokens/s, wall time
     evaluation: Mapped[JSONDict] = mapped_column("eval", JSON())  # held-out pass@1 of base, base_lessons, adapter, adapter_lessons
+    parent_adapter: Mapped[str | None] = mapped_column(String(50))  # readable id of the adapter it continued or followed (cycles); NULL: none
+    cycle: Mapped[int | None]  # the wake–sleep cycle of `arena run --cycles` that trained it; NULL: `arena distill`
     created_at: Mapped[created_ts]
 
 

@@ -32,9 +32,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import re
+
 import torch
 
 from lessons.adapter_store import TrainingRollout
+from lessons.distill_config import MIN_GUIDED_LOG_RATIO
 
 Message = dict[str, str]
 KINDS = ("context", "guided", "sft")
@@ -128,8 +131,11 @@ def build_dataset(
         The examples in rollout order with skip counts by reason: ``failed`` (reward below
         the threshold), ``no_token_ids`` (the backend gave no ids, e.g. a chat API),
         ``guided_without_context`` / ``guided_without_logprobs`` (a guided rollout lacking
-        its unguided chat or log-probs of every token), ``guided_not_used`` (objective sft),
-        ``empty`` (no completion tokens).
+        its unguided chat or log-probs of every token), ``mentions_hint`` (a guided completion
+        that talks about its hint or quotes it: :func:`mentions_hint`), ``guided_not_used``
+        (objective sft), ``empty`` (no completion tokens). Guided successes that are
+        implausible without their hint are screened afterwards, with a model:
+        :func:`screen_implausible`.
 
     Raises:
         ValueError: unknown objective.
@@ -160,6 +166,9 @@ def build_dataset(
             continue
         if not r.unguided_messages:
             out.skipped["guided_without_context"] += 1
+            continue
+        if mentions_hint(r.completion, r.hint_text):
+            out.skipped["mentions_hint"] += 1
             continue
         old: list[float] | None = None
         if objective == "distill":
@@ -229,3 +238,135 @@ def importance_weights(
         gamma = torch.quantile(rho, quantile).clamp(min=floor)
         weights[hinted] = rho / (rho + gamma)
     return weights, float(gamma)
+
+
+# --------------------------------------------------------------------------- clean self-generated data
+
+# Phrases by which a guided completion refers to its hint instead of solving the task: trained
+# under the unguided context they would teach the model to talk about guidance it never sees.
+_HINT_TALK = re.compile(
+    r"\b(hint|hinted|feedback|earlier attempts?|previous attempts?|correct final answer is|the given answer|"
+    r"answer (?:is |was )?given|as given|you (?:said|told|gave)|i was told|reference answer)\b",
+    re.IGNORECASE,
+)
+QUOTE_WORDS = 6  # a run of this many consecutive words shared with the hint counts as quoting it
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def mentions_hint(completion: str, hint: str | None, quote_words: int = QUOTE_WORDS) -> bool:
+    """Whether a guided completion talks about its hint or quotes it.
+
+    True when the completion uses a phrase that refers to guidance (``hint``, ``feedback``,
+    ``earlier attempt``, ``the correct final answer is`` …) or shares a run of ``quote_words``
+    consecutive words with ``hint``. Such a completion is not plausible as a reply to the
+    unguided context it would be trained under (Guide, arXiv 2506.13923, trains guided
+    successes as if the hint were absent).
+
+    Args:
+        completion: the guided rollout's text.
+        hint: the hint that was in its context (None: only the phrase check applies).
+        quote_words: n of the shared word n-gram that counts as a quote (≥ 1).
+    """
+    if _HINT_TALK.search(completion):
+        return True
+    if not hint:
+        return False
+    hw, cw = _words(hint), _words(completion)
+    if len(hw) < quote_words or len(cw) < quote_words:
+        return False
+    grams = {tuple(hw[i : i + quote_words]) for i in range(len(hw) - quote_words + 1)}
+    return any(tuple(cw[i : i + quote_words]) in grams for i in range(len(cw) - quote_words + 1))
+
+
+def guided_log_ratio(logp_unguided: torch.Tensor, logp_old: Sequence[float]) -> float:
+    """Mean per-token log-ratio ``mean_t [log π_θ(y_t | x, y_<t) − log π_old(y_t | x, h, y_<t)]`` (nats).
+
+    The log of Guide's importance ratio averaged over the completion: how much less likely
+    the completion is once the hint ``h`` is taken away. Near 0: the hint did not matter;
+    very negative: the completion depends on the hint (e.g. copies an answer it could not
+    have derived).
+
+    Args:
+        logp_unguided: (T,) float, log π_θ of the completion under the unguided context.
+        logp_old: T floats, the stored sampling log-probs under the guided context.
+
+    Raises:
+        ValueError: lengths differ or T is 0.
+    """
+    old = torch.as_tensor(list(logp_old), dtype=torch.float32)
+    if logp_unguided.shape != old.shape or old.numel() == 0:
+        raise ValueError(f"need two equal, non-empty log-prob vectors, got {tuple(logp_unguided.shape)} and {tuple(old.shape)}")
+    return float((logp_unguided.float() - old).mean())
+
+
+def screen_implausible(
+    data: DistillDataset,
+    rollouts: Sequence[TrainingRollout],
+    score: Callable[[list[Message], list[int]], torch.Tensor],
+    min_log_ratio: float = MIN_GUIDED_LOG_RATIO,
+) -> list[float]:
+    """Drop guided examples whose completion is implausible without the hint (in place).
+
+    For every guided example, ``score(unguided_messages, completion_ids)`` gives
+    log π_θ(y_t | x, y_<t) under the context it would be trained in (the policy training
+    starts from); with the stored π_old(y_t | x, h, y_<t) this is :func:`guided_log_ratio`.
+    Examples below ``min_log_ratio`` are removed and counted as ``implausible_without_hint``:
+    Guide's importance weight would shrink their tokens anyway, and a success that the
+    unguided policy finds e^{|ratio|} times less likely per token than the guided one teaches
+    the answer rather than the skill.
+
+    Args:
+        data: the dataset from :func:`build_dataset` (modified: examples and ``skipped``).
+        rollouts: the rollouts it was built from (for the stored log-probs of every guided one).
+        score: teacher-forcing scorer, e.g. :meth:`agents.local.LocalPolicy.token_logprobs`.
+        min_log_ratio: threshold in nats per token (``-inf`` keeps all).
+
+    Returns:
+        The mean log-ratio of every guided example scored (kept or not), in example order,
+        for the data report. Guided rollouts without stored log-probs are kept unscored.
+    """
+    by_id = {r.rollout_id: r for r in rollouts}
+    kept: list[DistillExample] = []
+    ratios: list[float] = []
+    for ex in data.examples:
+        r = by_id.get(ex.rollout_id)
+        if ex.kind != "guided" or r is None or r.logprobs is None or len(r.logprobs) != len(ex.completion_ids):
+            kept.append(ex)
+            continue
+        ratio = guided_log_ratio(score(ex.messages, list(ex.completion_ids)), r.logprobs)
+        ratios.append(ratio)
+        if ratio < min_log_ratio:
+            data.skipped["implausible_without_hint"] += 1
+            continue
+        kept.append(ex)
+    data.examples = kept
+    return ratios
+
+
+def data_report(data: DistillDataset, train_task_keys: Sequence[str], log_ratios: Sequence[float] = ()) -> dict[str, Any]:
+    """What a sleep trains on: examples by kind, completion tokens, distinct tasks, share of the train set covered.
+
+    Args:
+        data: the final dataset.
+        train_task_keys: the session's train tasks (the coverage denominator).
+        log_ratios: guided log-ratios from :func:`screen_implausible` (quantiles reported).
+    """
+    kinds = Counter(e.kind for e in data.examples)
+    tasks = {e.task_key for e in data.examples}
+    n_train = len(set(train_task_keys))
+    out: dict[str, Any] = {
+        "examples": len(data.examples),
+        "by_kind": {k: kinds.get(k, 0) for k in KINDS},
+        "completion_tokens": sum(len(e.completion_ids) for e in data.examples),
+        "distinct_tasks": len(tasks),
+        "train_tasks": n_train,
+        "task_coverage": round(len(tasks) / n_train, 4) if n_train else 0.0,
+        "skipped": dict(sorted(data.skipped.items())),
+    }
+    if log_ratios:
+        q = torch.quantile(torch.tensor(list(log_ratios)), torch.tensor([0.1, 0.5, 0.9])).tolist()
+        out["guided_log_ratio"] = {"n": len(log_ratios), "p10": round(q[0], 3), "p50": round(q[1], 3), "p90": round(q[2], 3)}
+    return out

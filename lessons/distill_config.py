@@ -15,6 +15,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Objective = Literal["distill", "sft", "guided-unweighted"]
+OBJECTIVES: tuple[str, ...] = ("distill", "sft", "guided-unweighted")
+
+# Default threshold of the guided-data screen (lessons.distill.screen_implausible), nats per token:
+# a guided success whose completion is on average more than e^1 ≈ 2.7 times less likely per token
+# without its hint than with it is not trained as if the hint were absent. Measured distribution and
+# the choice: bench/RESULTS.md ("Guided log-ratios").
+MIN_GUIDED_LOG_RATIO = -1.0
 
 # The projections of a llama-architecture block (SmolLM2 is one): attention and MLP.
 LLAMA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -90,6 +97,8 @@ class DistillConfig(BaseModel):
     success_threshold: float = 1.0  # a rollout is a success (training data) when its reward >= this
     lesson_tokens: int = 512  # lessons budget of the solver prompt in the with-lessons evaluations, tokens
     eval_max_tokens: int = 96  # completion cap of the held-out greedy evaluation, tokens
+    min_guided_log_ratio: float = MIN_GUIDED_LOG_RATIO  # guided successes below this mean log π_θ(y|x) − log π_old(y|x,h) are skipped, nats/token
+    min_examples: int = 1  # refuse to train on fewer examples (a sleep of `arena run --cycles` asks for more)
     train: TrainConfig = Field(default_factory=TrainConfig)
 
     @model_validator(mode="after")
@@ -100,4 +109,9 @@ class DistillConfig(BaseModel):
             raise ValueError(f"--lesson-tokens must be >= 0, got {self.lesson_tokens}")
         if not 1 <= self.eval_max_tokens <= 4096:
             raise ValueError(f"eval max tokens must be in [1, 4096], got {self.eval_max_tokens}")
+        if math.isnan(self.min_guided_log_ratio) or self.min_guided_log_ratio > 0:
+            raise ValueError(f"--min-guided-log-ratio must be <= 0 nats per token (-inf keeps every guided success), "
+                             f"got {self.min_guided_log_ratio}")
+        if self.min_examples < 1:
+            raise ValueError(f"min_examples must be >= 1, got {self.min_examples}")
         return self

@@ -249,7 +249,10 @@ def train(
 
     Args:
         model: a transformers causal LM (fp32 on CPU, bf16 on CUDA); wrapped with peft here,
-            its base weights are not changed (but LoRA layers are injected into it).
+            its base weights are not changed (but LoRA layers are injected into it). A peft
+            model (an adapter loaded with ``PeftModel.from_pretrained``) is trained on as it
+            is: its LoRA weights continue from where they are (``--sleep-from previous``) and
+            ``peft_config`` is ignored.
         tokenizer: its tokenizer, with a pad token.
         examples: from :func:`lessons.distill.build_dataset`.
         cfg: LoRA, optimizer and loop settings.
@@ -277,7 +280,12 @@ def train(
 
     # ---- model
     torch.manual_seed(cfg.seed)
-    peft_model = get_peft_model(model, peft_config or lora_config(cfg))
+    if hasattr(model, "peft_config"):  # an adapter to continue: make its LoRA weights trainable
+        peft_model = model
+        for name, p in peft_model.named_parameters():
+            p.requires_grad_("lora_" in name)
+    else:
+        peft_model = get_peft_model(model, peft_config or lora_config(cfg))
     device = next(peft_model.parameters()).device
     peft_model.train()
 

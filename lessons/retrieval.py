@@ -107,7 +107,8 @@ def bm25_scan(
 
 
 def rank_lessons(
-    store: LessonStore, family: str | None, task_text: str, exclude: Collection[str] = (), pool: int = POOL
+    store: LessonStore, family: str | None, task_text: str, exclude: Collection[str] = (), pool: int = POOL,
+    active_only: bool = False,
 ) -> list[Ranked]:
     """The pool of live lessons for a task, best first (see the module docstring).
 
@@ -117,6 +118,8 @@ def rank_lessons(
         task_text: the task's question.
         exclude: readable lesson ids to leave out (e.g. lessons an adapter in use distilled).
         pool: how many lessons each query contributes.
+        active_only: leave candidates out (held-out evaluation shows only lessons that earned
+            ``active`` on measured evidence; candidates gather evidence on train tasks).
 
     Returns:
         The ranked pool (at most ``2 * pool`` lessons).
@@ -132,7 +135,10 @@ def rank_lessons(
         pairs = bm25_scan(task_text, store.live_lessons(family, include_distilled=True))
         pairs = sorted(pairs, key=lambda p: -p[1])[:pool] + sorted(pairs, key=lambda p: -p[0].rank_score)[:pool]
         pairs = list({les.lesson_id: (les, rel) for les, rel in pairs}.values())
-    return [r for r in combine(pairs) if r.lesson.lesson_id not in exclude]
+    return [
+        r for r in combine(pairs)
+        if r.lesson.lesson_id not in exclude and (not active_only or r.lesson.status == "active")
+    ]
 
 
 def retrieve(
@@ -142,6 +148,7 @@ def retrieve(
     budget_tokens: int,
     count_tokens: Callable[[str], int],
     exclude: Collection[str] = (),
+    active_only: bool = False,
 ) -> tuple[str, list[list[str]]]:
     """The ``<lessons>`` section for one task and the ``[lesson_id, text]`` pairs it holds.
 
@@ -152,6 +159,7 @@ def retrieve(
         budget_tokens: cap on the section, in the solver's tokens (``--lesson-tokens``).
         count_tokens: the solver's tokenizer count.
         exclude: lesson ids to leave out.
+        active_only: only ``active`` lessons (held-out evaluation); default candidates too.
 
     Returns:
         ``(section, [[id, text], ...])`` in prompt order; ``("", [])`` when nothing fits.
@@ -161,7 +169,7 @@ def retrieve(
         render_lessons,
     )
 
-    ranked = rank_lessons(store, family, task_text, exclude)
+    ranked = rank_lessons(store, family, task_text, exclude, active_only=active_only)
     views = [LessonView(r.lesson.lesson_id, r.lesson.text) for r in ranked]
     section, ids = render_lessons(views, budget_tokens, count_tokens)
     by_id = {v.lesson_id: v.text for v in views}

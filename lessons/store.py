@@ -147,6 +147,7 @@ class EpisodeRecord:
     hint: HintRecord | None = None  # set when the group all failed and guided rollouts follow
     started_at: datetime | None = None  # None: now
     finished_at: datetime | None = None  # None: now
+    adapter_id: str | None = None  # readable id of the solver's LoRA adapter that sampled the rollouts; None: the base model
 
 
 # --------------------------------------------------------------------------- records out
@@ -843,6 +844,7 @@ class LessonStore:
                     token_ids=list(r.token_ids) if r.token_ids is not None else None,
                     logprobs=list(r.logprobs) if r.logprobs is not None else None,
                     unguided_messages=[dict(m) for m in r.unguided_messages] if r.unguided_messages else None,
+                    adapter_id=rec.adapter_id,
                 )
                 for r in rec.rollouts
             ]
@@ -1308,6 +1310,17 @@ class LessonStore:
             "lessons_retired": int(by_status.get("retired", 0)),
             "reflections_failed": failed,
         }
+
+    def rollouts_by_round(self, session_id: int) -> dict[int, int]:
+        """Stored rollouts (unguided and guided) of the session per round: the rollout budget spent."""
+        q = (
+            select(EpisodeRow.round, func.count(RolloutRow.id))
+            .join(RolloutRow, RolloutRow.episode_id == EpisodeRow.id)
+            .where(EpisodeRow.session_id == session_id)
+            .group_by(EpisodeRow.round)
+        )
+        with self._read() as s:
+            return {int(rnd): int(n) for rnd, n in s.execute(q)}
 
     def round_rewards(self, session_id: int) -> dict[int, list[list[float]]]:
         """The rewards of each episode's group, by round: the input of pass@k per round.

@@ -51,7 +51,8 @@ def setup(tmp_path):
     store = LessonStore(str(tmp_path / "arena.db"))
     splits = load_tasks([], write_tasks(tmp_path / "adding.jsonl"), n_train=3, n_heldout=4, seed=1)
     cfg = SessionConfig(db=str(tmp_path / "arena.db"), families=[], tasks_file=tmp_path / "adding.jsonl",
-                        train_tasks=3, heldout_tasks=4, rounds=2, rollouts=4)
+                        train_tasks=3, heldout_tasks=4, rounds=2, rollouts=4,
+                        utility_every=0)  # the graph alone: no utility A/B samples among the solver's calls
     yield store, splits, cfg
     store.close()
 

@@ -50,7 +50,8 @@ def add_adapter_tables(path: Path, with_rows: bool = True) -> None:
                 '"heldout_tasks": 32, "distilled": ["chain_sum-00001"]}'
             )
             conn.execute(
-                "INSERT INTO adapters VALUES (1, 'adapter-0001', '/runs/adapters/adapter-0001', 'smollm2@abc', "
+                "INSERT INTO adapters (id, adapter_id, path, base_model, objective, session_id, config, data, metrics, eval, "
+                "created_at) VALUES (1, 'adapter-0001', '/runs/adapters/adapter-0001', 'smollm2@abc', "
                 "'guided', 1, '{\"r\": 16}', '{}', '{\"steps\": 120, \"final_loss\": 0.4321, \"tokens_per_s\": 310.5}', "
                 "?, '2025-03-14 10:00:00.000000')",
                 (ev,),
