@@ -186,6 +186,7 @@ def sleep(
     solver: Solver,
     evals: HeldoutEvals,
     console: Any | None = None,
+    base_model: Path | None = None,
 ) -> tuple[Solver, dict[str, Any]]:
     """One sleep: train, save, evaluate and register the cycle's adapter; return the next cycle's solver.
 
@@ -197,6 +198,7 @@ def sleep(
             of training with ``--sleep-from previous``).
         evals: the session's held-out evaluations.
         console: rich console for the trainer's progress bar; None: silent.
+        base_model: the base checkpoint directory; default the embedded model.
 
     Returns:
         ``(solver, record)``: the new solver (the adapter loaded as ``arena run --adapter`` loads
@@ -223,7 +225,7 @@ def sleep(
     out_dir = root / "adapters" / adapter_id
     if out_dir.exists() and astore.find_by_path(out_dir) is None:  # a sleep killed before registration
         shutil.rmtree(out_dir, ignore_errors=True)
-    base_dir = ensure_converted()
+    base_dir = base_model or ensure_converted()
     start = solver.path if cfg.sleep_from == "previous" else None
     trainee = LocalPolicy(model_dir=base_dir, adapter=start)
     trainee.load()

@@ -56,6 +56,7 @@ class LearningBenchConfig:
     sleep_min_examples: int = 16  # a sleep with fewer examples is refused
     utility_every: int = 16  # utility A/B every N episodes (lessons, loop)
     max_tokens: int = 96  # solver completion cap, tokens
+    teacher_max_tokens: int = 192  # teacher reflection cap, tokens
     temperature: float = 0.8  # rollout sampling temperature
     pass_k: int = 8  # k of the sampled held-out pass@k
     pass_k_tasks: int = 32  # held-out tasks (the first ones) of the sampled pass@1 / pass@k
@@ -82,7 +83,8 @@ class LearningBenchConfig:
     def quick(cls, **overrides: Any) -> LearningBenchConfig:
         """The tiny version the test suite runs (minutes on 2 cores): every condition, one short cycle."""
         base = dict(train_tasks=4, heldout_tasks=6, rollouts=4, rounds=1, cycles=1, sleep_steps=2,
-                    sleep_min_examples=1, utility_every=0, max_tokens=32, pass_k=2, pass_k_tasks=2)
+                    sleep_min_examples=1, utility_every=0, max_tokens=32, teacher_max_tokens=64, pass_k=2,
+                    pass_k_tasks=2)
         return cls(**{**base, **overrides})
 
 
@@ -91,6 +93,7 @@ def session_config(name: str, bcfg: LearningBenchConfig, db: Path) -> SessionCon
     common = dict(
         db=str(db), families=[bcfg.family], train_tasks=bcfg.train_tasks, heldout_tasks=bcfg.heldout_tasks,
         rollouts=bcfg.rollouts, temperature=bcfg.temperature, max_tokens=bcfg.max_tokens, seed=bcfg.seed,
+        teacher_max_tokens=bcfg.teacher_max_tokens,
         session=name, sleep_steps=bcfg.sleep_steps, sleep_lr=bcfg.sleep_lr, sleep_min_examples=bcfg.sleep_min_examples,
     )
     if name == "lessons":
@@ -118,18 +121,26 @@ def heldout_passes(store: Any, session_id: int, name: str) -> list[bool]:
 
 def sampled_pass(policy: Any, chats: Sequence[Sequence[dict[str, str]]], tasks: Sequence[Any], k: int,
                  temperature: float, max_tokens: int, seed: int) -> dict[str, Any]:
-    """Sampled pass@1 and pass@k (unbiased estimator, Chen et al. 2021) over ``k`` samples per task."""
+    """Sampled pass@1 and pass@k (unbiased estimator, Chen et al. 2021) over ``k`` samples per task.
+
+    The tasks' requests are issued from 4 threads so the local backend decodes them in shared batches
+    (each task keeps its own seed, so the figures do not depend on the batching).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from arena.extract import extract_answer
     from arena.stats import pass_at_k
     from arena.tasks import score
     from lessons.store import PASS_THRESHOLD
 
-    p1, pk = [], []
-    for i, (chat, task) in enumerate(zip(chats, tasks)):
-        outs = policy.sample(chat, n=k, temperature=temperature, max_tokens=max_tokens, seed=seed + i)
-        c = sum(score(task, extract_answer(o.text)) >= PASS_THRESHOLD for o in outs)
-        p1.append(pass_at_k(k, c, 1))
-        pk.append(pass_at_k(k, c, k))
+    def correct(i: int) -> int:
+        outs = policy.sample(chats[i], n=k, temperature=temperature, max_tokens=max_tokens, seed=seed + i)
+        return sum(score(tasks[i], extract_answer(o.text)) >= PASS_THRESHOLD for o in outs)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        counts = list(pool.map(correct, range(len(tasks))))
+    p1 = [pass_at_k(k, c, 1) for c in counts]
+    pk = [pass_at_k(k, c, k) for c in counts]
     n = len(tasks)
     return {"pass_at_1": round(sum(p1) / n, 4), f"pass_at_{k}": round(sum(pk) / n, 4), "n": n, "k": k}
 

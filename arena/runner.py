@@ -236,6 +236,7 @@ def run_session(
     console: Console | None = None,
     checkpointer: Any = None,
     on_episode: Callable[[dict], None] | None = None,
+    base_model: Path | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) one session and return its summary (the ``--json`` object).
 
@@ -251,6 +252,8 @@ def run_session(
         console: rich console for progress bars (stderr in the CLI); None runs silently.
         checkpointer: a LangGraph checkpointer; default a ``SqliteSaver`` beside the database.
         on_episode: called with each finished episode's final state (tests use it).
+        base_model: the base checkpoint the sleeps of ``--cycles`` train and load adapters on;
+            default the embedded model (tests pass a tiny one).
 
     Returns:
         The summary dict: session, episodes, rollouts, mean_reward, lessons_added,
@@ -378,7 +381,7 @@ def run_session(
         for cycle in range(1, cfg.cycles + 1):
             first, last = (cycle - 1) * cfg.rounds + 1, cycle * cfg.rounds
             if cycle > 1 and cycle - 1 in slept and solver.adapter_id != slept[cycle - 1].adapter_id:
-                solver = adapter_solver(slept[cycle - 1], solver.exclude)  # resumed: the last cycle's adapter samples
+                solver = adapter_solver(slept[cycle - 1], solver.exclude, base_model)  # resumed: the last cycle's adapter samples
             roles = replace(roles, solver=solver.policy)
             settings = replace(settings, adapter_id=solver.adapter_id, exclude_lessons=solver.exclude)
             graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer, reward=reward,
@@ -447,10 +450,10 @@ def run_session(
             if cfg.sleep is None:
                 continue
             if cycle in slept:  # the sleep finished before an interruption: load its adapter
-                solver = adapter_solver(slept[cycle], solver.exclude)
+                solver = adapter_solver(slept[cycle], solver.exclude, base_model)
             else:
                 bar = progress.add_task(f"sleep {cycle}/{cfg.cycles}", total=None, status=cfg.sleep) if progress else None
-                solver, record = sleep(store, session_name, session_id, cycle, cfg, solver, evals, console)
+                solver, record = sleep(store, session_name, session_id, cycle, cfg, solver, evals, console, base_model)
                 slept[cycle] = AdapterStore(store).get_adapter(record["adapter_id"])
                 sleeps.append(record)
                 if progress:
@@ -458,7 +461,7 @@ def run_session(
             for lessons in (True, False):  # a resumed cycle may lack them (kill after registration)
                 evals.run(eval_name(cycle, lessons), solver, lessons)
         if cfg.sleep is not None and slept.get(cfg.cycles) is not None and solver.adapter_id != slept[cfg.cycles].adapter_id:
-            solver = adapter_solver(slept[cfg.cycles], solver.exclude)
+            solver = adapter_solver(slept[cfg.cycles], solver.exclude, base_model)
         if cfg.sleep is not None:  # after the last sleep: the last cycle's figures, not measured again
             for name, lessons in (("heldout_after", True), ("heldout_after_no_lessons", False)):
                 if name not in done_evals:

@@ -12,6 +12,8 @@ Built from the database on demand (nothing is stored twice):
   current text), so an edit history reads as a chain;
 - ``lesson:<id>`` → ``adapter:<id>``, relation ``distilled_into`` / ``trained_into``, from
   the ``adapter_lessons`` table when the database has one (distillation).
+- ``adapter:<parent>`` → ``adapter:<child>``, relation ``sampled_for`` (attribute ``cycle``):
+  the parent adapter sampled the rollouts the child's sleep trained on (``arena run --cycles``).
 
 Queries are networkx's: :func:`lineage` gives a lesson's ancestors (episodes, rollouts,
 merged sources, versions) and descendants (what it was merged or distilled into).
@@ -127,6 +129,13 @@ def _add_adapters(s: Any, g: nx.DiGraph, lessons: dict[int, LessonRow]) -> None:
         g.add_node(f"adapter:{adapter}", kind="adapter", label=adapter)
         relation = f"{rec[2]}_into" if rel_col and rec[2] else "distilled_into"
         g.add_edge(lesson_node(lesson.lesson_id), f"adapter:{adapter}", relation=relation.replace("in_context_into", "trained_into"))
+    if "parent_adapter" in cols:  # wake–sleep cycles: parent adapter → the adapter of the next sleep
+        for child, parent, cycle in s.execute(sql_text(
+            f"SELECT {name_col}, parent_adapter, cycle FROM adapters WHERE parent_adapter IS NOT NULL"
+        )):
+            for name in (parent, child):
+                g.add_node(f"adapter:{name}", kind="adapter", label=str(name))
+            g.add_edge(f"adapter:{parent}", f"adapter:{child}", relation="sampled_for", cycle=cycle)
 
 
 def lineage(g: nx.DiGraph, lesson_id: str) -> dict[str, list[str]]:

@@ -122,3 +122,34 @@ def test_out_of_range_and_unparsable_flags(existing_db, args, fragment):
 def test_in_memory_database_is_refused():
     assert_one_line_error(arena("run", "--db", ""), "in-memory database")
     assert_one_line_error(arena("run", "--db", "sqlite://"), "in-memory database")
+
+
+# ---------------------------------------------------------------- wake–sleep cycles: bad input
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--cycles", "0"], ["--cycles", "[1, 100]"]),
+    (["--cycles", "-3"], ["--cycles"]),
+    (["--sleep-objective", "magic"], ["--sleep-objective", "distill, sft"]),
+    (["--cycles", "2", "--solver", "openai:m"], ["local solver", "--solver openai:m"]),
+    (["--sleep-objective", "sft", "--sleep-from", "previous"], ["--sleep-from previous", "previous adapter"]),
+    (["--cycles", "2", "--train-tasks", "1", "--rollouts", "2", "--rounds", "1"],
+     ["a cycle samples 2 rollouts", "16 examples a sleep needs"]),
+    (["--cycles", "2", "--sleep-epochs", "nan"], ["--sleep-epochs"]),
+    (["--cycles", "2", "--sleep-min-guided-log-ratio", "0.5"], ["--sleep-min-guided-log-ratio", "<= 0"]),
+])
+def test_bad_cycle_settings_are_one_line_and_store_nothing(existing_db, args, fragments):
+    assert_one_line_error(arena("run", "--db", str(existing_db), *args), *fragments)
+
+
+def test_bench_learning_bad_input_is_one_line(tmp_path):
+    assert_one_line_error(arena("bench", "learning", "--out", str(tmp_path / "o"), "--condition", "nope"),
+                          "unknown condition 'nope'")
+    assert_one_line_error(arena("bench", "learning", "--out", str(tmp_path / "o"), "--train-tasks", "0"),
+                          "--train-tasks must be >= 1")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "base.db").write_text("")
+    assert_one_line_error(arena("bench", "learning", "--out", str(taken), "--condition", "base"),
+                          "exists from an earlier run")
+    assert (taken / "base.db").read_text() == ""  # nothing overwritten

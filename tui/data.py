@@ -175,6 +175,8 @@ class AdapterView:
     metrics: dict[str, Any]
     evaluation: dict[str, Any]
     lessons: list[tuple[str, str, str]] = field(default_factory=list)  # (lesson id, relation, current status)
+    parent_adapter: str | None = None  # the adapter it followed in a session's wake–sleep cycles
+    cycle: int | None = None  # the cycle of `arena run --cycles` that trained it (None: arena distill)
 
 
 # --------------------------------------------------------------------------- opening
@@ -668,6 +670,8 @@ class ArenaData:
                     metrics=js(r.get("metrics")),
                     evaluation=js(r.get("eval", r.get("evaluation"))),
                     lessons=by_adapter.get(r["id"], []),
+                    parent_adapter=r.get("parent_adapter"),
+                    cycle=r.get("cycle"),
                 )
             )
         return out

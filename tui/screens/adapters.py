@@ -55,7 +55,8 @@ def render_adapter(a: AdapterView) -> Group:
         les.add_column(col)
     for lid, rel, st in a.lessons:
         les.add_row(lid, rel, st)
-    head = Text.assemble((a.adapter_id, "bold"), f"  objective {a.objective or '-'}  created {a.created_at or '-'}\n",
+    chain = f"  cycle {a.cycle}, parent {a.parent_adapter or 'base model'}" if a.cycle is not None else ""
+    head = Text.assemble((a.adapter_id, "bold"), f"  objective {a.objective or '-'}  created {a.created_at or '-'}{chain}\n",
                          (a.path, "dim"))
     extra = [Text(f"distilled: {', '.join(map(str, a.evaluation['distilled']))}")] if a.evaluation.get("distilled") else []
     return Group(head, ev, *extra, met, les)
@@ -99,7 +100,7 @@ class AdaptersScreen(DataScreen):
             body.update(NO_ADAPTERS)
             return
         for a in adapters:
-            bl = (a.evaluation.get("base_lessons") or {}).get("pass_at_1")
+            bl = (a.evaluation.get("base_lessons") or a.evaluation.get("wake_lessons") or {}).get("pass_at_1")
             ad = (a.evaluation.get("adapter") or {}).get("pass_at_1")
             figs = f"{bl:.3f} → {ad:.3f}" if isinstance(bl, (int, float)) and isinstance(ad, (int, float)) else "-"
             table.add_row(a.adapter_id, a.objective, str(len(a.lessons)), figs, key=a.adapter_id)
