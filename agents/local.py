@@ -196,6 +196,17 @@ class LocalPolicy:
             self._tok, self._model = tok, model
             self.load_seconds = time.perf_counter() - t0
 
+    def close(self) -> None:
+        """Stop the decoder thread and drop the model and tokenizer (a later call loads them again).
+
+        A session that replaces its solver (each wake–sleep cycle) closes the old one, so only
+        the models in use stay in memory.
+        """
+        self._scheduler.stop()
+        with self._lock:
+            self._model = None
+            self._tok = None
+
     @property
     def model_dir(self) -> Path:
         """The base checkpoint directory (the cached conversion of the embedded GGUF by default)."""
@@ -430,6 +441,15 @@ class _Scheduler:
         self.cond = threading.Condition()
         self.pending: collections.deque[tuple[_Request, int]] = collections.deque()
         self.thread: threading.Thread | None = None
+        self.stopping = False  # set by stop(): the idle decoder thread ends (and lets go of the model)
+
+    def stop(self) -> None:
+        """End the decoder thread once it is idle; a later :meth:`submit` starts a new one."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout=30)
 
     def submit(self, rows: list[DecodeRow]) -> list[DecodedRow]:
         if not rows:
@@ -438,6 +458,7 @@ class _Scheduler:
         req = _Request(rows)
         with self.cond:
             self.pending.extend((req, i) for i in range(len(rows)))
+            self.stopping = False
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._drive, daemon=True, name="local-policy-decoder")
                 self.thread.start()
@@ -466,6 +487,8 @@ class _Scheduler:
         while True:
             with self.cond:
                 while not self.pending and (engine is None or not len(engine)):
+                    if self.stopping:
+                        return
                     self.cond.wait()
                 if engine is None or not len(engine):  # idle: let requests issued together start together
                     deadline = time.monotonic() + p.batch_window_s

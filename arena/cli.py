@@ -92,6 +92,7 @@ def run(
     proposal_samples: Annotated[int, typer.Option(help="Independent samples that must confirm a proposal's answer where no verifier exists.")] = 4,
     proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,
     concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 4,
+    reflect: Annotated[bool, typer.Option("--reflect/--no-reflect", help="Teacher reflection on every group (lessons); --no-reflect: weight-only learning.")] = True,
     cycles: Annotated[int, typer.Option(help="Wake–sleep cycles: --rounds rounds of episodes, then a sleep (distillation into a LoRA the next cycle samples with).")] = 1,
     sleep_objective: Annotated[Optional[str], typer.Option(help="arena distill objective of each sleep: distill, sft or guided-unweighted. Default: none with --cycles 1, distill with more.")] = None,
     sleep_from: Annotated[str, typer.Option(help="base: each sleep trains a fresh LoRA on every cycle's successes so far (STaR); previous: continue the last adapter on this cycle's.")] = "base",
@@ -107,6 +108,7 @@ def run(
     from agents.policy import PolicyError
     from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig, check_db
     from arena.tasks import TaskError, load_tasks
+    from lessons.distill_trainer import TrainingError
     from lessons.store import LessonStore, StoreError, check_database
 
     console = Console(stderr=True)
@@ -144,7 +146,7 @@ def run(
                 include_flagged=include_flagged,
                 curriculum=curriculum, target_pass=target_pass, proposer=proposer, proposals=proposals,
                 proposal_samples=proposal_samples, proposal_agreement=proposal_agreement,
-                concurrency=concurrency, cycles=cycles, sleep_objective=sleep_objective, sleep_from=sleep_from,
+                concurrency=concurrency, reflect=reflect, cycles=cycles, sleep_objective=sleep_objective, sleep_from=sleep_from,
                 sleep_epochs=sleep_epochs, sleep_steps=sleep_steps, sleep_lr=sleep_lr,
                 sleep_min_examples=sleep_min_examples, sleep_min_guided_log_ratio=sleep_min_guided_log_ratio,
                 adapter=adapter,
@@ -174,8 +176,8 @@ def run(
             summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console)
     except ValidationError as e:
         raise fail(_config_error(e)) from None
-    except (ConfigError, TaskError, StoreError, PolicyError, ValueError) as e:  # DistillError, AdapterError are ValueErrors
-        raise fail(str(e)) from None
+    except (ConfigError, TaskError, StoreError, PolicyError, ValueError, TrainingError) as e:  # DistillError, AdapterError are ValueErrors
+        raise fail(" ".join(str(e).split())) from None
     except KeyboardInterrupt:
         if store is not None and store.get_session(name) is not None:
             raise fail(f"interrupted; continue with: arena run --db {db} --resume {name}", EXIT_INTERRUPTED) from None
@@ -707,12 +709,12 @@ def bench_learning(
         r = result["conditions"].get(name)
         if r is None:
             continue
-        h, v, sp = r["heldout"], r.get("vs_base"), r["sampled"]
-        spk = sp[f"pass_at_{sp['k']}"]
+        h, v, sp = r["heldout"], r.get("vs_base"), r.get("sampled") or {}
+        spk = sp.get(f"pass_at_{sp.get('k')}")
         vs = f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}], p={v['p_value']:.3g}" if v else "-"
         t.add_row(name + (" (ceiling)" if r.get("ceiling") else "") + (" !" if r.get("error") else ""),
                   f"{h['pass_at_1']:.3f} [{h['ci95'][0]:.3f}, {h['ci95'][1]:.3f}]", vs,
-                  f"{sp['pass_at_1']:.3f} / {spk:.3f} (k={sp['k']}, n={sp['n']})",
+                  f"{sp['pass_at_1']:.3f} / {spk:.3f} (k={sp['k']}, n={sp['n']})" if sp else "-",
                   str(r["rollouts"]), str(r["train_tokens"]), f"{r['wall_s']:.0f}")
     Console().print(t)
     for name, r in result["conditions"].items():

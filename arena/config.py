@@ -74,6 +74,7 @@ class SessionConfig(BaseModel):
     proposal_samples: int = 4  # independent samples that confirm a proposal's answer where no verifier exists
     proposal_agreement: float = 0.75  # share of those samples that must agree with the proposed answer
     concurrency: int = 4  # episodes of a round in flight at once (their model calls are batched together)
+    reflect: bool = True  # the teacher reflects on every group and writes lessons; False: weight-only learning (no lessons)
     # wake–sleep cycles (arena.cycles): each cycle is `rounds` rounds of episodes, then a sleep (distillation)
     cycles: int = 1  # wake–sleep cycles; 1 without a sleep objective is a plain session
     sleep_objective: str | None = None  # arena distill objective of each sleep; None: no sleep with 1 cycle, DEFAULT_SLEEP_OBJECTIVE with more

@@ -154,13 +154,47 @@ def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
     """The :class:`lessons.distill_config.DistillConfig` of one sleep (seed moves with the cycle)."""
     from lessons.distill_config import DistillConfig, TrainConfig
 
+    # room for the system prompt, a full lessons section, the question and the completion
+    max_seq_len = max(512, cfg.lesson_tokens + cfg.max_tokens + 512)
     return DistillConfig(
         objective=cfg.sleep, success_threshold=cfg.success_threshold, lesson_tokens=cfg.lesson_tokens,
         eval_max_tokens=cfg.max_tokens, min_guided_log_ratio=cfg.sleep_min_guided_log_ratio,
         min_examples=cfg.sleep_min_examples,
         train=TrainConfig(lr=cfg.sleep_lr, epochs=cfg.sleep_epochs, max_steps=cfg.sleep_steps,
-                          seed=(cfg.seed + cycle) % 2**32),
+                          max_seq_len=max_seq_len, seed=(cfg.seed + cycle) % 2**32),
     )
+
+
+def sleep_dir(store: LessonStore, adapter_id: str) -> Path:
+    """Where a sleep writes its adapter: ``adapters/<database stem>/<adapter id>`` beside a SQLite library.
+
+    Adapter ids are numbered per library, so libraries that share a folder get a folder each.
+    """
+    if store.sqlite_path is None:
+        return Path.cwd() / "adapters" / "library" / adapter_id
+    p = store.sqlite_path.absolute()
+    return p.parent / "adapters" / p.stem / adapter_id
+
+
+def clear_unregistered(astore: AdapterStore, out_dir: Path, session: str, cycle: int) -> None:
+    """Remove the directory a killed sleep of this session and cycle left behind; refuse anything else.
+
+    Raises:
+        arena.distill.DistillError: the directory is registered, or is not this sleep's (its
+            sidecar names another session or cycle, or it has none).
+    """
+    from arena.distill import DistillError
+    from lessons.adapters import read_sidecar
+
+    try:
+        sc = read_sidecar(out_dir)
+    except Exception:  # noqa: BLE001 - unreadable: not ours to delete
+        sc = None
+    if astore.find_by_path(out_dir) is None and sc is not None and sc.session == session and sc.data.get("cycle") == cycle:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return
+    raise DistillError(f"adapter directory {out_dir} exists and is not an unfinished sleep of session {session!r} "
+                       f"cycle {cycle}; move it away and resume")
 
 
 def cycle_adapters(store: LessonStore, session: str) -> dict[int, AdapterInfo]:
@@ -209,7 +243,7 @@ def sleep(
         lessons.distill_trainer.TrainingError / lessons.adapters.AdapterError: training or saving failed.
     """
     from agents.local import LocalPolicy, ensure_converted
-    from arena.distill import collect_data, distilled_lessons, screen_data, train_and_save
+    from arena.distill import collect_data, distilled_lessons, rewrite_sidecar, screen_data, train_and_save
     from lessons.adapters import AdapterSidecar, base_fingerprint
 
     astore = AdapterStore(store)
@@ -221,10 +255,9 @@ def sleep(
     wake_lessons = evals.run(eval_name(cycle, True, wake=True), solver, True)
 
     adapter_id = astore.next_adapter_id()
-    root = store.sqlite_path.absolute().parent if store.sqlite_path is not None else Path.cwd()
-    out_dir = root / "adapters" / adapter_id
-    if out_dir.exists() and astore.find_by_path(out_dir) is None:  # a sleep killed before registration
-        shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir = sleep_dir(store, adapter_id)
+    if out_dir.exists():
+        clear_unregistered(astore, out_dir, session, cycle)
     base_dir = base_model or ensure_converted()
     start = solver.path if cfg.sleep_from == "previous" else None
     trainee = LocalPolicy(model_dir=base_dir, adapter=start)
@@ -237,7 +270,7 @@ def sleep(
         adapter_id=adapter_id, base_model=fingerprint, objective=dcfg.objective, session=session,
         config=dcfg.model_dump(mode="json"), data=provenance, metrics={}, created_at=datetime.now(UTC).isoformat(),
     )
-    path, metrics = train_and_save(trainee, data, dcfg, out_dir, sidecar, console)
+    path, metrics = train_and_save(trainee, data, dcfg, out_dir, sidecar)  # its own bar would nest in the session's
     del trainee
     gc.collect()
     registered = False
@@ -253,6 +286,8 @@ def sleep(
         evaluation = {"adapter": plain.summary(), "adapter_lessons": with_lessons.summary(),
                       "wake": wake_plain.summary(), "wake_lessons": wake_lessons.summary(),
                       "heldout_tasks": len(evals.tasks), "distilled": sorted(distilled)}
+        sidecar.metrics, sidecar.eval = metrics, evaluation
+        rewrite_sidecar(path, sidecar)
         info = astore.register_adapter(AdapterRecord(
             adapter_id=adapter_id, path=str(path), base_model=fingerprint, objective=dcfg.objective,
             session_id=session_id, config=dcfg.model_dump(mode="json"), data=provenance, metrics=metrics,
@@ -303,6 +338,7 @@ def cycles_summary(store: LessonStore, session: str, session_id: int, cfg: Sessi
             "train_pass_at_k": round(mean_pass_at_k(groups, cfg.rollouts), 4),
             "vs_before": paired(with_l, before),
             "lessons_vs_no_lessons": paired(with_l, plain),
+            "sleep_refused": None,  # set by the runner when this cycle's sleep had too little data
         })
     return out
 
@@ -311,4 +347,6 @@ def paired(a: Evaluated | None, b: Evaluated | None) -> dict[str, Any] | None:
     """:func:`arena.stats.paired_comparison` of two evaluations on the same tasks (None when either is missing)."""
     if a is None or b is None or len(a.rewards) != len(b.rewards) or not a.rewards:
         return None
+    if a.rows and b.rows and [r.get("task_key") for r in a.rows] != [r.get("task_key") for r in b.rows]:
+        return None  # not the same tasks in the same order: no pairing
     return paired_comparison(a.passes, b.passes)

@@ -410,7 +410,7 @@ def run_distill(
         eval_json = {name: ev[name].summary() for name in CONDITIONS}
         eval_json["heldout_tasks"] = len(tasks)
         sidecar.eval = {**eval_json, "distilled": sorted(distilled)}
-        _rewrite_sidecar(path, sidecar)
+        rewrite_sidecar(path, sidecar)
         info = astore.register_adapter(
             AdapterRecord(
                 adapter_id=adapter_id, path=str(path), base_model=fingerprint, objective=cfg.objective,
@@ -437,7 +437,8 @@ def run_distill(
     }
 
 
-def _rewrite_sidecar(path: Path, sidecar: AdapterSidecar) -> None:
+def rewrite_sidecar(path: Path, sidecar: AdapterSidecar) -> None:
+    """Replace the adapter's sidecar atomically (after its evaluation)."""
     tmp = path / (SIDECAR + ".tmp")
     tmp.write_text(json.dumps(sidecar.model_dump(mode="json"), indent=2) + "\n")
     os.replace(tmp, path / SIDECAR)

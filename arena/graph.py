@@ -65,6 +65,7 @@ class EpisodeSettings:
     include_flagged: bool = False  # show reward-hack-flagged rollouts to the teacher's reflection
     exclude_lessons: tuple[str, ...] = ()  # lessons distilled into the solver's adapter: kept out of its prompt
     adapter_id: str | None = None  # readable id of the solver's adapter (recorded on every rollout); None: base model
+    reflect: bool = True  # the teacher reflects on each group; False: no lessons are written (weight-only learning)
 
 
 class EpisodeState(TypedDict, total=False):
@@ -224,6 +225,8 @@ def build_episode_graph(
         return eligible_for_training(_grade_view(g), include_flagged=settings.include_flagged)
 
     def reflect_node(state: EpisodeState) -> dict:
+        if not settings.reflect:  # weight-only learning: nothing to reflect for
+            return {"reflection": None, "reflection_raw": [], "rejected_ops": [], "reflection_error": None}
         task = tasks[state["task_key"]]
         views = [
             RolloutView(c["text"], g["reward"], g["critique"], failed_criteria=g.get("failed_criteria"))

@@ -6,7 +6,8 @@ Every condition runs on the same train tasks, seeds and held-out tasks, each in 
 - ``base``: no learning — the base model's held-out greedy pass@1 (the baseline of every test);
 - ``lessons``: lessons only (ACE-like): the same wake rounds, no hints, no sleep;
 - ``sft``: STaR — rejection-sampling SFT on unguided successes, no lessons, no hints, iterated per cycle;
-- ``distill``: today's objective in cycles — hints, no lessons in context, sleep objective ``distill``;
+- ``distill``: today's objective in cycles — hints, no lessons in context, sleep objective ``distill``
+  (``sft`` and ``distill`` learn in weights only: no teacher reflection, ``--no-reflect``);
 - ``loop``: the full loop — lessons (utility-gated), hints, cycles, the default sleep objective;
   ``loop`` against ``distill`` is what lessons add on top of the weights;
 - ``oracle``: a LoRA trained on reference answers of the same train tasks with the same
@@ -54,7 +55,8 @@ class LearningBenchConfig:
     sleep_steps: int = 40  # optimizer steps per sleep (and of the oracle), batch 8
     sleep_lr: float = 5e-4  # peak learning rate of a sleep
     sleep_min_examples: int = 16  # a sleep with fewer examples is refused
-    utility_every: int = 16  # utility A/B every N episodes (lessons, loop)
+    utility_every: int = 32  # utility A/B every N episodes (lessons, loop)
+    concurrency: int = 8  # episodes in flight per round (their rollouts share decoding batches)
     max_tokens: int = 96  # solver completion cap, tokens
     teacher_max_tokens: int = 192  # teacher reflection cap, tokens
     temperature: float = 0.8  # rollout sampling temperature
@@ -93,7 +95,7 @@ def session_config(name: str, bcfg: LearningBenchConfig, db: Path) -> SessionCon
     common = dict(
         db=str(db), families=[bcfg.family], train_tasks=bcfg.train_tasks, heldout_tasks=bcfg.heldout_tasks,
         rollouts=bcfg.rollouts, temperature=bcfg.temperature, max_tokens=bcfg.max_tokens, seed=bcfg.seed,
-        teacher_max_tokens=bcfg.teacher_max_tokens,
+        teacher_max_tokens=bcfg.teacher_max_tokens, concurrency=bcfg.concurrency,
         session=name, sleep_steps=bcfg.sleep_steps, sleep_lr=bcfg.sleep_lr, sleep_min_examples=bcfg.sleep_min_examples,
     )
     if name == "lessons":
@@ -101,10 +103,10 @@ def session_config(name: str, bcfg: LearningBenchConfig, db: Path) -> SessionCon
                              utility_every=bcfg.utility_every)
     if name == "sft":
         return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, hint_modes=[], lesson_tokens=0,
-                             utility_every=0, sleep_objective="sft")
+                             utility_every=0, reflect=False, sleep_objective="sft")
     if name == "distill":
         return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, lesson_tokens=0, utility_every=0,
-                             sleep_objective="distill")
+                             reflect=False, sleep_objective="distill")
     if name == "loop":
         return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, utility_every=bcfg.utility_every,
                              **({"sleep_objective": "distill"} if bcfg.cycles == 1 else {}))
@@ -176,19 +178,15 @@ def run_learning_bench(
         each condition holds ``heldout`` (``{"pass_at_1", "n", "ci95"}``), ``vs_base`` (paired:
         diff, ci95, McNemar p), ``sampled`` (pass@1 and pass@k on ``pass_k_tasks`` tasks),
         ``rollouts``, ``train_tokens``, ``wall_s``, ``curve`` ([rollouts, pass@1, lo, hi] per
-        point) and ``error`` (None, or why the condition could not finish, e.g. a refused sleep).
+        point), ``utility_samples`` (solver samples of the utility A/Bs, not in ``rollouts``), ``sleeps_refused``
+        and ``error`` (None, or why the condition failed; the other conditions go on). ``learning.json``
+        is rewritten after every condition.
 
     Raises:
         LearningBenchError: ``out`` holds the libraries of an earlier run, or cannot be written.
     """
-    from agents.local import LocalPolicy
-    from agents.solver import solver_messages
-    from arena.graph import retrieve_for_task
-    from arena.runner import evaluate_heldout, make_roles, run_session
     from arena.stats import paired_comparison
     from arena.tasks import load_tasks
-    from lessons.distill import NoTrainingData
-    from lessons.store import LessonStore
 
     say = log or (lambda _msg: None)
     out = out.expanduser().absolute()
@@ -218,76 +216,113 @@ def run_learning_bench(
         say(f"{name}: held-out pass@1 {rec['heldout']['pass_at_1']:.3f} {rec['heldout']['ci95']} "
             f"({rec.get('rollouts', 0)} rollouts, {rec.get('wall_s', 0):.0f} s)")
 
+    def record(**extra: Any) -> dict[str, Any]:
+        result = {
+            "config": asdict(bcfg),
+            "conditions": {c: results[c] for c in CONDITIONS if c in results},
+            "loadavg_before": round(load_before, 2),
+            "loadavg_after": round(os.getloadavg()[0], 2),
+            "wall_s": round(time.perf_counter() - t_all, 1),
+            "files": {"json": str(out / "learning.json"), "png": str(out / "learning.png")},
+            **extra,
+        }
+        oracle, loop = results.get("oracle"), results.get("loop")
+        if oracle and loop and oracle["heldout"]["pass_at_1"] > 0:
+            result["loop_over_oracle"] = round(loop["heldout"]["pass_at_1"] / oracle["heldout"]["pass_at_1"], 4)
+        tmp = out / "learning.json.tmp"  # after every condition: a crash later loses nothing measured
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        os.replace(tmp, out / "learning.json")
+        return result
+
     order = ["base"] + [c for c in CONDITIONS if c != "base" and c in bcfg.conditions]
     for name in order:
         t0 = time.perf_counter()
-        db = out / f"{name}.db"
-        if name == "base":  # the base model, no lessons: every condition's heldout_before on its empty library
-            with LessonStore(str(db)) as store:
-                policy = LocalPolicy()
-                rewards, details = evaluate_heldout(store, policy, heldout, False, 0, bcfg.max_tokens)
-                base_passes = [row["reward"] is not None and row["reward"] >= 1.0 - 1e-9 for row in details["tasks"]]
-                sampled = sampled_pass(policy, [solver_messages(t.question) for t in k_tasks], k_tasks, bcfg.pass_k,
-                                       bcfg.temperature, bcfg.max_tokens, bcfg.seed)
-            if "base" in bcfg.conditions:
-                h = _heldout(base_passes)
-                finish("base", base_passes, sampled=sampled, rollouts=0, train_tokens=0,
-                       wall_s=round(time.perf_counter() - t0, 1), curve=[[0, h["pass_at_1"], *h["ci95"]]], error=None)
-            continue
-        if name == "oracle":
-            results["oracle"] = _oracle(bcfg, splits, heldout, k_tasks, base_passes, t0, out)
-            say(f"oracle: held-out pass@1 {results['oracle']['heldout']['pass_at_1']:.3f} (ceiling)")
-            continue
-        cfg = session_config(name, bcfg, db)
-        error = None
-        with LessonStore(str(db)) as store:
-            roles = make_roles(cfg)
-            try:
-                with contextlib.redirect_stdout(sys.stderr):
-                    summary = run_session(cfg, store, roles, splits, name, console=console)
-            except NoTrainingData as e:
-                error = str(e)
-                summary = None
-            info = store.get_session(name)
-            sid = info.id
-            per_round = store.rollouts_by_round(sid)
-            final_eval = "heldout_after" if summary is not None else _last_eval(store, sid)
-            passes = heldout_passes(store, sid, final_eval) or heldout_passes(store, sid, "heldout_before")
-            curve = _curve(store, sid, cfg, per_round)
-            from arena.cycles import cycle_adapters
-
-            adapters = cycle_adapters(store, name)
-            last = adapters[max(adapters)] if adapters else None
-            solver = LocalPolicy(adapter=Path(last.path)) if last is not None else roles.solver
-            exclude = tuple(d for a in adapters.values() for d in a.distilled)
-            chats = [solver_messages(t.question, retrieve_for_task(store, t, cfg.lesson_tokens, solver.count_tokens,
-                                                                    exclude)[0]) for t in k_tasks]
-            sampled = sampled_pass(solver, chats, k_tasks, bcfg.pass_k, bcfg.temperature, bcfg.max_tokens, bcfg.seed)
-            train_tokens = sum(int(a.metrics.get("tokens", 0)) for a in adapters.values())
-            finish(name, passes, sampled=sampled, rollouts=sum(per_round.values()), train_tokens=train_tokens,
-                   wall_s=round(time.perf_counter() - t0, 1), curve=curve, error=error,
-                   adapters=[a.adapter_id for a in adapters.values()],
-                   cycles=(summary or {}).get("cycles"), lessons_active=(summary or {}).get("lessons_active"),
-                   guided_success_rate=(summary or {}).get("guided_success_rate"))
-    result = {
-        "config": asdict(bcfg),
-        "conditions": {c: results[c] for c in CONDITIONS if c in results},
-        "loadavg_before": round(load_before, 2),
-        "loadavg_after": round(os.getloadavg()[0], 2),
-        "wall_s": round(time.perf_counter() - t_all, 1),
-        "files": {"json": str(out / "learning.json"), "png": str(out / "learning.png")},
-    }
-    if "oracle" in results and "loop" in results and results["oracle"]["heldout"]["pass_at_1"] > 0:
-        result["loop_over_oracle"] = round(results["loop"]["heldout"]["pass_at_1"] / results["oracle"]["heldout"]["pass_at_1"], 4)
-    (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot_learning(result, out / "learning.png")
+        try:
+            if name == "base":  # the base model, no lessons: every condition's heldout_before on its empty library
+                base_passes, rec = _base(bcfg, heldout, k_tasks, out / "base.db")
+                if "base" in bcfg.conditions:
+                    finish("base", base_passes, **rec, wall_s=round(time.perf_counter() - t0, 1))
+            elif name == "oracle":
+                results["oracle"] = _oracle(bcfg, splits, heldout, k_tasks, base_passes, t0, out)
+                say(f"oracle: held-out pass@1 {results['oracle']['heldout']['pass_at_1']:.3f} (ceiling)")
+            else:
+                passes, rec = _session_condition(name, bcfg, splits, k_tasks, out, console)
+                finish(name, passes, **rec, wall_s=round(time.perf_counter() - t0, 1))
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # noqa: BLE001 - one condition's failure must not lose the others' figures
+            results[name] = {"heldout": _heldout([]), "vs_base": None, "sampled": None, "rollouts": 0,
+                             "train_tokens": 0, "wall_s": round(time.perf_counter() - t0, 1), "curve": [],
+                             "error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
+            say(f"{name} failed: {results[name]['error']}")
+        record()
+    result = record()
+    try:
+        plot_learning(result, out / "learning.png")
+    except Exception as e:  # noqa: BLE001 - the figures are in learning.json already
+        result = record(plot_error=f"{type(e).__name__}: {e}")
     return result
 
 
-def _last_eval(store: Any, session_id: int) -> str:
-    """The newest held-out evaluation of a session that stopped early (a refused sleep)."""
-    names = [n for n in store.evaluations(session_id) if n.startswith("heldout")]
-    return names[-1] if names else "heldout_before"
+def _base(bcfg: LearningBenchConfig, heldout: list[Any], k_tasks: list[Any], db: Path) -> tuple[list[bool], dict[str, Any]]:
+    """The base model without lessons: held-out greedy passes and the condition's record."""
+    from agents.local import LocalPolicy
+    from agents.solver import solver_messages
+    from arena.runner import evaluate_heldout
+    from lessons.store import LessonStore
+
+    policy = LocalPolicy()
+    try:
+        with LessonStore(str(db)) as store:
+            _, details = evaluate_heldout(store, policy, heldout, False, 0, bcfg.max_tokens)
+        passes = [row["reward"] is not None and row["reward"] >= 1.0 - 1e-9 for row in details["tasks"]]
+        sampled = sampled_pass(policy, [solver_messages(t.question) for t in k_tasks], k_tasks, bcfg.pass_k,
+                               bcfg.temperature, bcfg.max_tokens, bcfg.seed)
+    finally:
+        policy.close()
+    h = _heldout(passes)
+    return passes, dict(sampled=sampled, rollouts=0, train_tokens=0, curve=[[0, h["pass_at_1"], *h["ci95"]]], error=None)
+
+
+def _session_condition(
+    name: str, bcfg: LearningBenchConfig, splits: Any, k_tasks: list[Any], out: Path, console: Any | None,
+) -> tuple[list[bool], dict[str, Any]]:
+    """Run one learning condition as an `arena run` session in its own library; its passes and record."""
+    from agents.local import LocalPolicy
+    from agents.solver import solver_messages
+    from arena.cycles import cycle_adapters
+    from arena.graph import retrieve_for_task
+    from arena.runner import make_roles, run_session
+    from lessons.store import LessonStore
+
+    cfg = session_config(name, bcfg, out / f"{name}.db")
+    with LessonStore(cfg.db) as store:
+        roles = make_roles(cfg)
+        with contextlib.redirect_stdout(sys.stderr):
+            summary = run_session(cfg, store, roles, splits, name, console=console)
+        sid = store.get_session(name).id
+        per_round = store.rollouts_by_round(sid)
+        passes = heldout_passes(store, sid, "heldout_after")
+        adapters = cycle_adapters(store, name)
+        last = adapters[max(adapters)] if adapters else None
+        solver = LocalPolicy(adapter=Path(last.path)) if last is not None else roles.solver
+        exclude = tuple(d for a in adapters.values() for d in a.distilled)
+        chats = [solver_messages(t.question, retrieve_for_task(store, t, cfg.lesson_tokens, solver.count_tokens,
+                                                                exclude)[0]) for t in k_tasks]
+        sampled = sampled_pass(solver, chats, k_tasks, bcfg.pass_k, bcfg.temperature, bcfg.max_tokens, bcfg.seed)
+        utility = store.utility_samples(sid)
+        rec = dict(
+            sampled=sampled, rollouts=sum(per_round.values()), utility_samples=utility,
+            train_tokens=sum(int(a.metrics.get("tokens", 0)) for a in adapters.values()),
+            curve=_curve(store, sid, cfg, per_round), error=None, adapters=[a.adapter_id for a in adapters.values()],
+            cycles=summary.get("cycles"), lessons_active=summary.get("lessons_active"),
+            guided_success_rate=summary.get("guided_success_rate"),
+            sleeps_refused=[c["sleep_refused"] for c in summary.get("cycles") or [] if c.get("sleep_refused")],
+        )
+    for p in {id(x): x for x in (solver, roles.solver, roles.teacher)}.values():
+        if hasattr(p, "close"):
+            p.close()
+    return passes, rec
 
 
 def _curve(store: Any, session_id: int, cfg: SessionConfig, per_round: dict[int, int]) -> list[list[float]]:
@@ -341,6 +376,7 @@ def _oracle(bcfg: LearningBenchConfig, splits: Any, heldout: list[Any], k_tasks:
     passes = [row["reward"] is not None and row["reward"] >= 1.0 - 1e-9 for row in details["tasks"]]
     sampled = sampled_pass(policy, [solver_messages(t.question) for t in k_tasks], k_tasks, bcfg.pass_k,
                            bcfg.temperature, bcfg.max_tokens, bcfg.seed)
+    policy.close()
     del policy
     gc.collect()
     h = _heldout(passes)

@@ -40,6 +40,7 @@ from arena.tasks import Task, TaskSplits, score
 from arena.utility import UtilitySettings, maybe_check_utility
 from lessons.adapter_store import AdapterStore
 from lessons.curation import CurationPolicy
+from lessons.distill import NoTrainingData
 from lessons.rubric_store import RubricStore
 from lessons.store import LessonStore, StoreError
 
@@ -314,6 +315,7 @@ def run_session(
         include_flagged=cfg.include_flagged,
         exclude_lessons=exclude,
         adapter_id=solver.adapter_id,
+        reflect=cfg.reflect,
     )
     store.curation_policy = CurationPolicy(library_tokens=cfg.library_tokens)
     store.count_tokens = roles.solver.count_tokens
@@ -377,11 +379,11 @@ def run_session(
         evals.adopt_plain("heldout_before", solver.adapter_id)
         finished = store.finished_episode_keys(session_id)
         slept = cycle_adapters(store, session_name) if cfg.sleep else {}
-        sleeps: list[dict[str, Any]] = []
+        refused: dict[int, str] = {}  # cycle -> why its sleep was refused (too few examples)
         for cycle in range(1, cfg.cycles + 1):
             first, last = (cycle - 1) * cfg.rounds + 1, cycle * cfg.rounds
             if cycle > 1 and cycle - 1 in slept and solver.adapter_id != slept[cycle - 1].adapter_id:
-                solver = adapter_solver(slept[cycle - 1], solver.exclude, base_model)  # resumed: the last cycle's adapter samples
+                solver = swap_solver(solver, adapter_solver(slept[cycle - 1], solver.exclude, base_model), roles)  # resumed
             roles = replace(roles, solver=solver.policy)
             settings = replace(settings, adapter_id=solver.adapter_id, exclude_lessons=solver.exclude)
             graph = build_episode_graph(roles, store, task_by_key, settings, checkpointer, reward=reward,
@@ -450,18 +452,26 @@ def run_session(
             if cfg.sleep is None:
                 continue
             if cycle in slept:  # the sleep finished before an interruption: load its adapter
-                solver = adapter_solver(slept[cycle], solver.exclude, base_model)
+                if solver.adapter_id != slept[cycle].adapter_id:
+                    solver = swap_solver(solver, adapter_solver(slept[cycle], solver.exclude, base_model), roles)
             else:
                 bar = progress.add_task(f"sleep {cycle}/{cfg.cycles}", total=None, status=cfg.sleep) if progress else None
-                solver, record = sleep(store, session_name, session_id, cycle, cfg, solver, evals, console, base_model)
-                slept[cycle] = AdapterStore(store).get_adapter(record["adapter_id"])
-                sleeps.append(record)
-                if progress:
-                    progress.update(bar, total=1, completed=1, status=f"{record['adapter_id']}: {record['data']['examples']} examples")
+                try:
+                    new, record = sleep(store, session_name, session_id, cycle, cfg, solver, evals, console, base_model)
+                except NoTrainingData as e:  # too little data: no sleep this cycle, the same solver goes on
+                    refused[cycle] = str(e)
+                    if progress:
+                        progress.update(bar, total=1, completed=1, status="refused")
+                    if console is not None:
+                        console.print(f"sleep {cycle} refused: {e}")
+                else:
+                    solver = swap_solver(solver, new, roles)
+                    slept[cycle] = AdapterStore(store).get_adapter(record["adapter_id"])
+                    if progress:
+                        progress.update(bar, total=1, completed=1,
+                                        status=f"{record['adapter_id']}: {record['data']['examples']} examples")
             for lessons in (True, False):  # a resumed cycle may lack them (kill after registration)
                 evals.run(eval_name(cycle, lessons), solver, lessons)
-        if cfg.sleep is not None and slept.get(cfg.cycles) is not None and solver.adapter_id != slept[cfg.cycles].adapter_id:
-            solver = adapter_solver(slept[cfg.cycles], solver.exclude, base_model)
         if cfg.sleep is not None:  # after the last sleep: the last cycle's figures, not measured again
             for name, lessons in (("heldout_after", True), ("heldout_after_no_lessons", False)):
                 if name not in done_evals:
@@ -486,6 +496,8 @@ def run_session(
             own_conn.close()
 
     summary = build_summary(store, session_id, session_name, cfg)
+    for c in summary["cycles"]:
+        c["sleep_refused"] = refused.get(c["cycle"])
     if cfg.online_rubrics:
         summary["online_rubric_updates"] = {
             "tasks": len(online_log),
@@ -499,11 +511,20 @@ def run_session(
 
 
 def adapter_label(store: LessonStore, adapter: str | None) -> str | None:
-    """The readable id of the solver's ``--adapter`` (its registered id, else its directory); None without one."""
+    """The readable id of the solver's ``--adapter``: its registered id, else its directory's name (50 characters at most)."""
     if not adapter:
         return None
     info = AdapterStore(store).find_by_path(adapter)
-    return info.adapter_id if info is not None else str(adapter)
+    return info.adapter_id if info is not None else Path(adapter).name[:50]
+
+
+def swap_solver(old: Any, new: Any, roles: Roles) -> Any:
+    """Make ``new`` the solver; close ``old``'s model unless another role shares it (its decoder thread holds it)."""
+    if old.policy is not new.policy and all(old.policy is not p for p in (roles.teacher, roles.critic, roles.proposer)):
+        close = getattr(old.policy, "close", None)
+        if close is not None:
+            close()
+    return new
 
 
 def adapter_distilled_lessons(store: LessonStore, adapter: str | None) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import math
 import re
 
 import torch
@@ -167,7 +168,8 @@ def build_dataset(
         if not r.unguided_messages:
             out.skipped["guided_without_context"] += 1
             continue
-        if mentions_hint(r.completion, r.hint_text):
+        question = next((m["content"] for m in reversed(r.unguided_messages) if m.get("role") == "user"), "")
+        if mentions_hint(r.completion, r.hint_text, question=question):
             out.skipped["mentions_hint"] += 1
             continue
         old: list[float] | None = None
@@ -245,8 +247,9 @@ def importance_weights(
 # Phrases by which a guided completion refers to its hint instead of solving the task: trained
 # under the unguided context they would teach the model to talk about guidance it never sees.
 _HINT_TALK = re.compile(
-    r"\b(hint|hinted|feedback|earlier attempts?|previous attempts?|correct final answer is|the given answer|"
-    r"answer (?:is |was )?given|as given|you (?:said|told|gave)|i was told|reference answer)\b",
+    r"\b(hints?|hinted|the plan|feedback|(?:earlier|previous) attempts?|correct final answer is|the given answer|"
+    r"answer (?:is |was )?(?:given|provided)|expected answer|you (?:said|told|gave)|(?:i|we) was told|we were told|"
+    r"reference answer)\b",
     re.IGNORECASE,
 )
 QUOTE_WORDS = 6  # a run of this many consecutive words shared with the hint counts as quoting it
@@ -256,29 +259,37 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
-def mentions_hint(completion: str, hint: str | None, quote_words: int = QUOTE_WORDS) -> bool:
+def _grams(words: list[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def mentions_hint(completion: str, hint: str | None, quote_words: int = QUOTE_WORDS, question: str = "") -> bool:
     """Whether a guided completion talks about its hint or quotes it.
 
     True when the completion uses a phrase that refers to guidance (``hint``, ``feedback``,
-    ``earlier attempt``, ``the correct final answer is`` …) or shares a run of ``quote_words``
-    consecutive words with ``hint``. Such a completion is not plausible as a reply to the
-    unguided context it would be trained under (Guide, arXiv 2506.13923, trains guided
-    successes as if the hint were absent).
+    ``the plan``, ``earlier attempt``, ``the correct final answer is`` …) or shares a run of
+    ``quote_words`` consecutive words with ``hint`` that is not also in the task's ``question``
+    (a plan may restate the task, and so may an honest solution). Such a completion is not
+    plausible as a reply to the unguided context it would be trained under (Guide, arXiv
+    2506.13923, trains guided successes as if the hint were absent).
 
     Args:
         completion: the guided rollout's text.
         hint: the hint that was in its context (None: only the phrase check applies).
         quote_words: n of the shared word n-gram that counts as a quote (≥ 1).
+        question: the task's question (its n-grams never count as quotes of the hint).
+
+    Raises:
+        ValueError: ``quote_words`` < 1.
     """
+    if quote_words < 1:
+        raise ValueError(f"quote_words must be >= 1, got {quote_words}")
     if _HINT_TALK.search(completion):
         return True
     if not hint:
         return False
-    hw, cw = _words(hint), _words(completion)
-    if len(hw) < quote_words or len(cw) < quote_words:
-        return False
-    grams = {tuple(hw[i : i + quote_words]) for i in range(len(hw) - quote_words + 1)}
-    return any(tuple(cw[i : i + quote_words]) in grams for i in range(len(cw) - quote_words + 1))
+    grams = _grams(_words(hint), quote_words) - _grams(_words(question), quote_words)
+    return bool(grams & _grams(_words(completion), quote_words))
 
 
 def guided_log_ratio(logp_unguided: torch.Tensor, logp_old: Sequence[float]) -> float:
@@ -337,6 +348,9 @@ def screen_implausible(
             kept.append(ex)
             continue
         ratio = guided_log_ratio(score(ex.messages, list(ex.completion_ids)), r.logprobs)
+        if not math.isfinite(ratio):  # a broken score: neither trusted nor reported
+            data.skipped["implausible_without_hint"] += 1
+            continue
         ratios.append(ratio)
         if ratio < min_log_ratio:
             data.skipped["implausible_without_hint"] += 1

@@ -1183,6 +1183,12 @@ class LessonStore:
                 for u in s.scalars(q)
             ]
 
+    def utility_samples(self, session_id: int) -> int:
+        """Solver samples the session's utility A/Bs drew: 2 arms x n paired samples per measured lesson."""
+        with self._read() as s:
+            n = s.scalar(select(func.sum(LessonUtilityRow.n)).where(LessonUtilityRow.session_id == session_id))
+        return 2 * int(n or 0)
+
     def utility_checks(self, session_id: int) -> set[int]:
         """The ``after_episodes`` marks of the session's utility checks already stored (resume skips them)."""
         with self._read() as s:

@@ -99,7 +99,7 @@ def test_two_cycles_chain_adapters_and_record_who_sampled(setup, tiny):
     # the final figures are the last cycle's, not measured again
     assert evals["heldout_after"].details["rewards"] == evals["heldout_cycle2"].details["rewards"]
     assert summary["heldout_after_vs_before"]["n"] == 2 and summary["lessons_vs_no_lessons"]["n"] == 2
-    assert (tmp / "adapters" / "adapter-0002" / "adapter_model.safetensors").exists()
+    assert (tmp / "adapters" / "arena" / "adapter-0002" / "adapter_model.safetensors").exists()  # a folder per library
     # the chain is visible in the provenance graph and in the TUI's adapters read model
     from lessons.provenance import build_graph, write_graph
     from tui.data import ArenaData
@@ -217,14 +217,18 @@ def test_kill_after_registration_measures_the_missing_evaluations_without_sleepi
     assert summary["cycles"][0]["adapter_id"] == "adapter-0001"
 
 
-def test_a_sleep_with_too_few_examples_is_refused_with_the_counts(setup, tiny):
+def test_a_sleep_with_too_few_examples_is_refused_and_the_next_cycle_goes_on(setup, tiny):
     store, splits, cfg, _ = setup
-    from lessons.distill import NoTrainingData
-
-    cfg = cfg.model_copy(update={"cycles": 1, "sleep_min_examples": 5})
-    with pytest.raises(NoTrainingData, match=r"has 4 training examples .* needs at least 5"):
-        run_session(cfg, store, roles(), splits, "few", checkpointer=InMemorySaver(), base_model=tiny)
-    assert len(store.finished_episode_keys(store.get_session("few").id)) == 2  # the wake's rollouts are kept
+    # cycle 1 yields 4 examples (< 6): refused, the base solver samples cycle 2; then 8 examples (STaR: all cycles)
+    cfg = cfg.model_copy(update={"sleep_min_examples": 6})
+    summary = run_session(cfg, store, roles(), splits, "few", checkpointer=InMemorySaver(), base_model=tiny)
+    first, second = summary["cycles"]
+    assert first["adapter_id"] is None
+    assert re.search(r"has 4 training examples .* needs at least 6", first["sleep_refused"])
+    assert second["adapter_id"] == "adapter-0001" and second["sleep_refused"] is None
+    assert cycle_adapters(store, "few")[2].data["report"]["examples"] == 8
+    assert rollout_adapters(store, "few") == {1: {None}, 2: {None}}  # the refused sleep changed no weights
+    assert store.get_session("few").status == "finished" and summary["episodes"] == 4
 
 
 def test_the_adapter_of_a_cycle_serves_the_solver_as_arena_run_adapter_loads_it(setup, tiny):

@@ -21,7 +21,8 @@ def test_conditions_differ_only_in_what_they_learn_with(tmp_path):
     assert cfgs["lessons"].sleep is None and cfgs["lessons"].hint_modes == [] and cfgs["lessons"].rounds == 2
     assert cfgs["sft"].sleep == "sft" and cfgs["sft"].hint_modes == [] and cfgs["sft"].lesson_tokens == 0
     assert cfgs["distill"].sleep == "distill" and cfgs["distill"].lesson_tokens == 0 and cfgs["distill"].hint_modes
-    assert cfgs["loop"].sleep == "distill" and cfgs["loop"].lesson_tokens == 512 and cfgs["loop"].utility_every == 16
+    assert cfgs["loop"].sleep == "distill" and cfgs["loop"].lesson_tokens == 512 and cfgs["loop"].utility_every == 32
+    assert cfgs["loop"].reflect and cfgs["lessons"].reflect and not cfgs["sft"].reflect and not cfgs["distill"].reflect
     for name in ("sft", "distill", "loop"):
         assert cfgs[name].cycles == 2 and cfgs[name].sleep_steps == 40
 
