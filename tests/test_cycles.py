@@ -241,3 +241,14 @@ def test_the_adapter_of_a_cycle_serves_the_solver_as_arena_run_adapter_loads_it(
     p = LocalPolicy(model_dir=tiny, adapter=__import__("pathlib").Path(info.path))
     p.load()
     assert hasattr(p.model, "peft_config")
+
+
+def test_close_ends_the_decoder_thread_and_a_later_call_reloads(tiny):
+    p = LocalPolicy(model_dir=tiny)
+    first = p.sample([{"role": "user", "content": "hi"}], n=2, temperature=0.0, max_tokens=3, seed=1)
+    thread = p._scheduler.thread
+    assert thread is not None and thread.is_alive()
+    p.close()
+    assert not thread.is_alive() and p._model is None
+    again = p.sample([{"role": "user", "content": "hi"}], n=2, temperature=0.0, max_tokens=3, seed=1)
+    assert [c.token_ids for c in again] == [c.token_ids for c in first]  # greedy: the same completions after reload
