@@ -207,15 +207,6 @@ class SessionConfig(BaseModel):
             raise ValueError(f"--cycles must be in [1, 100] wake–sleep cycles, got {self.cycles}")
         if self.sleep_objective is not None and self.sleep_objective not in SLEEP_OBJECTIVES:
             raise ValueError(f"--sleep-objective must be one of {', '.join(SLEEP_OBJECTIVES)}, got {self.sleep_objective!r}")
-        if self.sleep is None:
-            return
-        if self.solver != "local":
-            raise ValueError(f"a sleep trains the solver's weights, which needs the local solver (got --solver {self.solver}); "
-                             "pass --solver local or --cycles 1 without --sleep-objective")
-        if self.reward != "verifier":
-            raise ValueError(f"a sleep trains on verifier successes; --reward {self.reward} sessions cannot sleep")
-        if self.sleep_from == "previous" and self.cycles == 1 and self.adapter is None:
-            raise ValueError("--sleep-from previous needs a previous adapter: pass --adapter ID, or --cycles 2 or more")
         if not math.isfinite(self.sleep_epochs) or not 0 < self.sleep_epochs <= 1000:
             raise ValueError(f"--sleep-epochs must be in (0, 1000], got {self.sleep_epochs}")
         if self.sleep_steps < 0:
@@ -226,6 +217,17 @@ class SessionConfig(BaseModel):
             raise ValueError(f"--sleep-min-examples must be >= 1, got {self.sleep_min_examples}")
         if math.isnan(self.sleep_min_guided_log_ratio) or self.sleep_min_guided_log_ratio > 0:
             raise ValueError(f"--sleep-min-guided-log-ratio must be <= 0 nats per token, got {self.sleep_min_guided_log_ratio}")
+        if self.sleep is None:
+            if self.sleep_from == "previous":
+                raise ValueError("--sleep-from previous needs a sleep: pass --sleep-objective OBJ or --cycles 2 or more")
+            return
+        if self.solver != "local":
+            raise ValueError(f"a sleep trains the solver's weights, which needs the local solver (got --solver {self.solver}); "
+                             "pass --solver local or --cycles 1 without --sleep-objective")
+        if self.reward != "verifier":
+            raise ValueError(f"a sleep trains on verifier successes; --reward {self.reward} sessions cannot sleep")
+        if self.sleep_from == "previous" and self.cycles == 1 and self.adapter is None:
+            raise ValueError("--sleep-from previous needs a previous adapter: pass --adapter ID, or --cycles 2 or more")
 
     @property
     def sleep(self) -> str | None:

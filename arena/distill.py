@@ -287,7 +287,8 @@ def screen_data(
         raise NoTrainingData(
             f"session {session!r} has {len(data.examples)} training examples for objective {data.objective} "
             f"(skipped: {', '.join(f'{n} {k}' for k, n in sorted(data.skipped.items())) or 'none'}); a sleep needs "
-            f"at least {cfg.min_examples} to train meaningfully: run more train tasks or rounds, or lower --sleep-min-examples"
+            f"at least {cfg.min_examples} to train meaningfully: run more train tasks or rounds, or lower the minimum "
+            "(arena run --sleep-min-examples, arena distill --min-examples)"
         )
     train_keys = [t.task_key for t in store.stored_tasks(session, split="train")]
     return data_report(data, train_keys, ratios)

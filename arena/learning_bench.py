@@ -78,8 +78,14 @@ class LearningBenchConfig:
             raise LearningBenchError(f"--rollouts must be in [2, 256], got {self.rollouts}")
         if not 1 <= self.pass_k <= 64 or not 1 <= self.pass_k_tasks:
             raise LearningBenchError("--pass-k must be in [1, 64] and --pass-k-tasks >= 1")
-        if self.train_tasks > 4096 or self.heldout_tasks > 4096 or self.cycles > 20:
-            raise LearningBenchError("at most 4096 train / held-out tasks and 20 cycles")
+        for name, top in (("train_tasks", 4096), ("heldout_tasks", 4096), ("cycles", 20), ("rounds", 20),
+                          ("sleep_steps", 10_000)):
+            if getattr(self, name) > top:
+                raise LearningBenchError(f"--{name.replace('_', '-')} must be <= {top}, got {getattr(self, name)}")
+        if not 0.0 < self.sleep_lr <= 1.0:
+            raise LearningBenchError(f"--sleep-lr must be in (0, 1], got {self.sleep_lr}")
+        if self.utility_every < 0:
+            raise LearningBenchError(f"--utility-every must be >= 0 (0: off), got {self.utility_every}")
 
     @classmethod
     def quick(cls, **overrides: Any) -> LearningBenchConfig:
@@ -196,9 +202,10 @@ def run_learning_bench(
         raise LearningBenchError(f"cannot write --out {out}: {e.strerror or e}") from None
     if not os.access(out, os.W_OK):
         raise LearningBenchError(f"cannot write --out {out}: permission denied")
-    taken = [c for c in bcfg.conditions if (out / f"{c}.db").exists()]
+    taken = [out / f"{c}.db" for c in CONDITIONS if (out / f"{c}.db").exists()]
+    taken += [out / f for f in ("learning.json", "learning.png", "oracle-adapter") if (out / f).exists()]
     if taken:
-        raise LearningBenchError(f"{out / (taken[0] + '.db')} exists from an earlier run; pass another --out or remove it")
+        raise LearningBenchError(f"{taken[0]} exists from an earlier run; pass another --out or remove it")
     load_before = os.getloadavg()[0]
     t_all = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):

@@ -153,3 +153,33 @@ def test_bench_learning_bad_input_is_one_line(tmp_path):
     assert_one_line_error(arena("bench", "learning", "--out", str(taken), "--condition", "base"),
                           "exists from an earlier run")
     assert (taken / "base.db").read_text() == ""  # nothing overwritten
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--sleep-from", "previous"], ["--sleep-from previous needs a sleep"]),  # one cycle, no objective: no sleep at all
+    (["--sleep-lr", "0"], ["--sleep-lr", "(0, 1]"]),  # checked even when no sleep runs
+    (["--sleep-epochs", "inf"], ["--sleep-epochs"]),
+])
+def test_sleep_flags_are_checked_even_without_a_sleep(existing_db, args, fragments):
+    assert_one_line_error(arena("run", "--db", str(existing_db), *args), *fragments)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--sleep-lr", "0"], "--sleep-lr must be in (0, 1]"),
+    (["--cycles", "101"], "--cycles must be <= 20"),
+])
+def test_bench_learning_checks_every_setting_before_running(tmp_path, args, fragment):
+    out = tmp_path / "o"
+    assert_one_line_error(arena("bench", "learning", "--out", str(out), *args), fragment)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_bench_learning_refuses_an_out_of_an_earlier_run_whatever_its_conditions(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "sft.db").write_text("")
+    assert_one_line_error(arena("bench", "learning", "--out", str(out), "--condition", "base"), "sft.db exists")
+    (out / "sft.db").unlink()
+    (out / "learning.json").write_text("{}")
+    assert_one_line_error(arena("bench", "learning", "--out", str(out), "--condition", "base"), "learning.json exists")
+    assert (out / "learning.json").read_text() == "{}"
