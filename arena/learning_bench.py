@@ -90,8 +90,8 @@ class LearningBenchConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> LearningBenchConfig:
         """The tiny version the test suite runs (minutes on 2 cores): every condition, one short cycle."""
-        base = dict(train_tasks=4, heldout_tasks=6, rollouts=4, rounds=1, cycles=1, sleep_steps=2,
-                    sleep_min_examples=1, utility_every=0, max_tokens=32, teacher_max_tokens=64, pass_k=2,
+        base = dict(train_tasks=4, heldout_tasks=4, rollouts=4, rounds=1, cycles=1, sleep_steps=1,
+                    sleep_min_examples=1, utility_every=0, max_tokens=24, teacher_max_tokens=32, pass_k=2,
                     pass_k_tasks=2)
         return cls(**{**base, **overrides})
 
