@@ -134,5 +134,5 @@ def paired_comparison(a_pass: Sequence[bool], b_pass: Sequence[bool]) -> dict[st
         "ci95": [round(lo, 4), round(hi, 4)],
         "a_only": b,
         "b_only": c,
-        "p_value": round(p, 6),
+        "p_value": float(f"{p:.6g}"),  # significant digits: p can be far below 1e-6
     }
