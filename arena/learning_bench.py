@@ -153,6 +153,14 @@ def sampled_pass(policy: Any, chats: Sequence[Sequence[dict[str, str]]], tasks: 
     return {"pass_at_1": round(sum(p1) / n, 4), f"pass_at_{k}": round(sum(pk) / n, 4), "n": n, "k": k}
 
 
+def _passes(details: dict[str, Any]) -> list[bool]:
+    """Per-task passes of an :func:`arena.runner.evaluate_heldout` result (the project's success rule)."""
+    from arena.cycles import Evaluated
+
+    rows = details["tasks"]
+    return Evaluated([row["reward"] for row in rows], [list(row["lessons"]) for row in rows], rows).passes
+
+
 def _heldout(passes: Sequence[bool]) -> dict[str, Any]:
     from arena.stats import wilson_interval
 
@@ -282,7 +290,7 @@ def _base(bcfg: LearningBenchConfig, heldout: list[Any], k_tasks: list[Any], db:
     try:
         with LessonStore(str(db)) as store:
             _, details = evaluate_heldout(store, policy, heldout, False, 0, bcfg.max_tokens)
-        passes = [row["reward"] is not None and row["reward"] >= 1.0 - 1e-9 for row in details["tasks"]]
+        passes = _passes(details)
         sampled = sampled_pass(policy, [solver_messages(t.question) for t in k_tasks], k_tasks, bcfg.pass_k,
                                bcfg.temperature, bcfg.max_tokens, bcfg.seed)
     finally:
@@ -380,7 +388,7 @@ def _oracle(bcfg: LearningBenchConfig, splits: Any, heldout: list[Any], k_tasks:
     policy = LocalPolicy(adapter=adapter_dir)  # as `arena run --adapter` loads it
     with LessonStore(str(out / "oracle.db")) as store:  # no lessons: the library stays empty
         _, details = evaluate_heldout(store, policy, heldout, False, 0, bcfg.max_tokens)
-    passes = [row["reward"] is not None and row["reward"] >= 1.0 - 1e-9 for row in details["tasks"]]
+    passes = _passes(details)
     sampled = sampled_pass(policy, [solver_messages(t.question) for t in k_tasks], k_tasks, bcfg.pass_k,
                            bcfg.temperature, bcfg.max_tokens, bcfg.seed)
     policy.close()
