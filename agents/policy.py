@@ -54,9 +54,9 @@ class Completion:
 class Policy(Protocol):
     """A chat model the roles can sample from.
 
-    Implementations: :class:`agents.local.LocalPolicy` (SmolLM2 in torch),
-    :class:`agents.openai_backend.OpenAIPolicy` (any OpenAI-compatible server),
-    :class:`agents.fake.FakePolicy` (deterministic, for tests).
+    Implementations: :class:`agents.backends.local.LocalPolicy` (SmolLM2 in torch),
+    :class:`agents.backends.openai_backend.OpenAIPolicy` (any OpenAI-compatible server),
+    :class:`agents.backends.fake.FakePolicy` (deterministic, for tests).
     """
 
     name: str

@@ -16,7 +16,7 @@ DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
 # The sleep objective of `arena run --cycles C` (C > 1) when --sleep-objective is not given: context
 # distillation of lessons-in-context successes plus Guide's importance-weighted guided successes.
 DEFAULT_SLEEP_OBJECTIVE = "distill"
-SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted")  # lessons.distill_config.OBJECTIVES (no torch import here)
+SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted")  # arena.distill.config.OBJECTIVES (no torch import here)
 
 _ROLE = re.compile(r"^(local|openai:.+)$")
 REWARDS = ("verifier", "rubric-explicit", "rubric-implicit")
@@ -66,7 +66,7 @@ class SessionConfig(BaseModel):
     online_rubrics: int = 0  # every N episodes, add criteria that separate current from reference rollouts; 0: off
     include_flagged: bool = False  # let reward-hack-flagged rollouts reach reflection (excluded by default)
     adapter: str | None = None  # LoRA adapter directory of the local solver (arena distill); its distilled lessons leave the prompt
-    # self-play curriculum (arena.curriculum)
+    # self-play curriculum (arena.session.curriculum)
     curriculum: Literal["fixed", "frontier"] = "fixed"  # fixed: train difficulty never moves; frontier: band control per family
     target_pass: tuple[float, float] = (0.3, 0.7)  # band of train pass@1 per family and round that frontier keeps
     proposer: str = "teacher"  # who writes proposed tasks: "teacher" (the teacher's policy), "local" or "openai:MODEL"
@@ -75,7 +75,7 @@ class SessionConfig(BaseModel):
     proposal_agreement: float = 0.75  # share of those samples that must agree with the proposed answer
     concurrency: int = 4  # episodes of a round in flight at once (their model calls are batched together)
     reflect: bool = True  # the teacher reflects on every group and writes lessons; False: weight-only learning (no lessons)
-    # wake–sleep cycles (arena.cycles): each cycle is `rounds` rounds of episodes, then a sleep (distillation)
+    # wake–sleep cycles (arena.session.cycles): each cycle is `rounds` rounds of episodes, then a sleep (distillation)
     cycles: int = 1  # wake–sleep cycles; 1 without a sleep objective is a plain session
     sleep_objective: str | None = None  # arena distill objective of each sleep; None: no sleep with 1 cycle, DEFAULT_SLEEP_OBJECTIVE with more
     sleep_from: Literal["base", "previous"] = "base"  # base: a fresh LoRA on every cycle's data so far (STaR); previous: continue the last adapter on this cycle's data
@@ -139,7 +139,7 @@ class SessionConfig(BaseModel):
     @field_validator("hint_modes", mode="before")
     @classmethod
     def _hint_modes(cls, v: object) -> list[str]:
-        from agents.hints import parse_hint_modes
+        from agents.roles.hints import parse_hint_modes
 
         values = [v] if isinstance(v, str) else list(v or [])  # type: ignore[arg-type]
         return list(parse_hint_modes(values))

@@ -14,13 +14,13 @@ import json
 import platform
 import time
 
-from agents.local import LocalPolicy
+from agents.backends.local import LocalPolicy
 from agents.policy import sample_many
-from agents.solver import solver_messages
+from agents.roles.solver import solver_messages
 from arena.config import DEFAULT_FAMILY
-from arena.extract import extract_answer
+from arena.tasks.extract import extract_answer
 from arena.stats import mean_pass_at_k, wilson_interval
-from arena.tasks import load_tasks, score
+from arena.tasks.core import load_tasks, score
 
 
 def main() -> None:

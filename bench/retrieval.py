@@ -7,10 +7,10 @@ families + global, 30% candidates, 60% active, 10% retired; texts drawn from a Z
 vocabulary of 3000 words so common words are common) and the same task questions are
 answered by:
 
-- ours: :func:`lessons.retrieval.rank_lessons` (FTS5 BM25 top-32 + indexed prior top-32,
+- ours: :func:`lessons.library.retrieval.rank_lessons` (FTS5 BM25 top-32 + indexed prior top-32,
   combined) followed by packing into a 512-token section — what ``arena run`` does per task;
 - baseline: the same ranking by a full scan in Python (load every live lesson of the family
-  and global, BM25 in Python with :func:`lessons.retrieval.bm25_scan`, combine, pack).
+  and global, BM25 in Python with :func:`lessons.library.retrieval.bm25_scan`, combine, pack).
 
 Prints median and p95 milliseconds of each and the ratio baseline / ours (higher is better).
 Token counts use ~4 chars/token so the tokenizer does not dominate; the packing step is the
@@ -33,10 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.solver import LessonView, render_lessons  # noqa: E402
-from lessons.curation import approx_tokens  # noqa: E402
-from lessons.retrieval import bm25_scan, combine, rank_lessons  # noqa: E402
-from lessons.store import LessonStore  # noqa: E402
+from agents.roles.solver import LessonView, render_lessons  # noqa: E402
+from lessons.library.curation import approx_tokens  # noqa: E402
+from lessons.library.retrieval import bm25_scan, combine, rank_lessons  # noqa: E402
+from lessons.library.store import LessonStore  # noqa: E402
 
 FAMILIES = [f"family_{i}" for i in range(10)]
 VOCAB_SIZE = 3000

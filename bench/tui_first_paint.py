@@ -7,7 +7,7 @@ A fresh SQLite library is filled with synthetic lessons by :func:`bench.retrieva
 vocabulary). Then, headless (Textual's ``App.run_test``), for each repeat:
 
 - ours: :class:`tui.app.ArenaApp` opened on the lessons screen — open the store, query one
-  page (``tui.data.PAGE_SIZE`` rows), fill the DataTable, paint; then one page flip (``]``);
+  page (``lessons.library.read_models.PAGE_SIZE`` rows), fill the DataTable, paint; then one page flip (``]``);
 - baseline: the same DataTable filled with every lesson (``LessonStore.list_lessons()``),
   what a table without paging does.
 
@@ -38,7 +38,7 @@ from textual.app import App, ComposeResult  # noqa: E402
 from textual.css.query import NoMatches  # noqa: E402
 from textual.widgets import DataTable  # noqa: E402
 
-from lessons.store import LessonStore  # noqa: E402
+from lessons.library.store import LessonStore  # noqa: E402
 from tui.app import ArenaApp  # noqa: E402
 from tui.screens.lessons import LessonsScreen  # noqa: E402
 

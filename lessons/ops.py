@@ -1,8 +1,8 @@
 """Curation ops: the structured output of the teacher's ``reflect`` step.
 
 The teacher proposes ops as JSON; these pydantic models are the contract its (untrusted)
-output is validated against, and what :mod:`lessons.curation` applies (through
-:meth:`lessons.store.LessonStore.record_episode`). The op set follows ACE's incremental
+output is validated against, and what :mod:`lessons.library.curation` applies (through
+:meth:`lessons.library.store.LessonStore.record_episode`). The op set follows ACE's incremental
 delta updates and ExpeL's insight operations (ADD / EDIT / UPVOTE / DOWNVOTE), with MERGE
 (n lessons into one) and RETIRE to keep the library bounded; UPVOTE / DOWNVOTE are the
 ``helpful`` / ``harmful`` tags on lessons that were in context.

@@ -43,7 +43,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             f"llama.cpp server not installed (missing {', '.join(missing)}); "
             "install the test extra: pip install -e '.[test]'"
         )
-    from agents.model_files import smollm2_gguf_path
+    from agents.backends.model_files import smollm2_gguf_path
 
     port = _free_loopback_port()
     threads = str(max(1, min(4, os.cpu_count() or 1)))
@@ -94,7 +94,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def local_policy():
     """The real embedded SmolLM2-135M-Instruct (CPU fp32 here; converted once, then cached on disk)."""
-    from agents.local import LocalPolicy
+    from agents.backends.local import LocalPolicy
 
     policy = LocalPolicy()
     policy.load()

@@ -2,7 +2,7 @@
 
 It opens the same database a running ``arena run`` writes (SQLite WAL: readers never block
 the writer) and polls it every :attr:`ArenaApp.poll_interval` seconds in a thread worker;
-when the cheap fingerprint (:meth:`tui.data.ArenaData.fingerprint`) changes, the current
+when the cheap fingerprint (:meth:`lessons.library.read_models.ArenaData.fingerprint`) changes, the current
 screen reloads in its own worker. The event loop never runs a query.
 
 Screens: Sessions (first), Session (episodes + learning curve), Episode, Lessons, Adapters;
@@ -19,8 +19,8 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 
-from lessons.curation import TokenCounter
-from tui.data import ArenaData, DatabaseProblem, configure_budget, open_store
+from lessons.library.curation import TokenCounter
+from lessons.library.read_models import ArenaData, DatabaseProblem, configure_budget, open_store
 from tui.messages import DataChanged
 from tui.screens.notice import NoticeScreen, empty_text, error_text, missing_text
 from tui.screens.sessions import SessionsScreen

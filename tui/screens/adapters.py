@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Static
 
-from tui.data import AdapterView
+from lessons.library.read_models import AdapterView
 from tui.screens.base import DataScreen
 
 NO_ADAPTERS = "No adapters yet — run `arena distill` to distill a session's lessons into a LoRA adapter."

@@ -10,13 +10,13 @@ from textual import on, work
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
-from lessons.curation import CurationError
-from lessons.store import StoreError
+from lessons.library.curation import CurationError
+from lessons.library.store import StoreError
 from tui.messages import DataChanged
 
 if TYPE_CHECKING:
     from tui.app import ArenaApp
-    from tui.data import ArenaData
+    from lessons.library.read_models import ArenaData
 
 USER_ERRORS = (SQLAlchemyError, StoreError, CurationError, ValueError)
 
@@ -27,7 +27,7 @@ def one_line(e: BaseException) -> str:
 
 
 class DataScreen(Screen):
-    """A screen whose content comes from :class:`tui.data.ArenaData`.
+    """A screen whose content comes from :class:`lessons.library.read_models.ArenaData`.
 
     Subclasses implement :meth:`fetch` (runs in a thread, returns plain data) and
     :meth:`show` (runs on the event loop, updates widgets). :meth:`reload` starts the

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static
 
-from tui.data import EpisodeDetail, RolloutView
+from lessons.library.read_models import EpisodeDetail, RolloutView
 from tui.screens.base import DataScreen
 from tui.screens.session import fmt_rewards
 

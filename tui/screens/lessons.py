@@ -1,8 +1,8 @@
 """Lessons: a paged, searchable, filterable table of the library with a detail pane and curation.
 
-The table holds one page (:data:`tui.data.PAGE_SIZE` rows) at a time, so a 100k-lesson
+The table holds one page (:data:`lessons.library.read_models.PAGE_SIZE` rows) at a time, so a 100k-lesson
 library paints as fast as a small one; ``]`` / ``[`` page. ``/`` searches the lesson texts
-(FTS5). Edits, retirements and votes go through :class:`lessons.curation.Curator` in a
+(FTS5). Edits, retirements and votes go through :class:`lessons.library.curation.Curator` in a
 worker and are written as lesson events with origin ``{"by": "tui"}``.
 """
 
@@ -18,9 +18,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
-from lessons.db import LESSON_STATUSES
-from lessons.store import LessonInfo
-from tui.data import PAGE_SIZE, LessonDetail, LessonPage
+from lessons.db.schema import LESSON_STATUSES
+from lessons.library.store import LessonInfo
+from lessons.library.read_models import PAGE_SIZE, LessonDetail, LessonPage
 from tui.screens.base import USER_ERRORS, DataScreen, one_line
 
 TEXT_WIDTH = 56  # characters of lesson text shown in the table
@@ -303,7 +303,7 @@ class LessonsScreen(DataScreen):
 
     @work(thread=True, group="curate", exit_on_error=False)
     def curate(self, op: str, lesson_id: str, *args: str) -> None:
-        """Apply one op through :class:`tui.data.ArenaData` (a write transaction) and reload."""
+        """Apply one op through :class:`lessons.library.read_models.ArenaData` (a write transaction) and reload."""
         try:
             if op == "edit":
                 res = self.data.edit(lesson_id, args[0], args[1])

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Header, Static
 
-from tui.data import EpisodeSummary, LearningCurve
+from lessons.library.read_models import EpisodeSummary, LearningCurve
 from tui.screens.base import DataScreen
 from tui.widgets.curve import LearningCurvePlot
 

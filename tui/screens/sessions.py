@@ -6,7 +6,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Footer, Header, Static
 
-from tui.data import SessionSummary
+from lessons.library.read_models import SessionSummary
 from tui.screens.base import DataScreen
 
 

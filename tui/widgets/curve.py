@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from textual_plotext import PlotextPlot
 
-from tui.data import LearningCurve
+from lessons.library.read_models import LearningCurve
 
 
 class LearningCurvePlot(PlotextPlot):
-    """A plotext chart of :class:`tui.data.LearningCurve`.
+    """A plotext chart of :class:`lessons.library.read_models.LearningCurve`.
 
     Left axis (0–1): mean train reward per round and held-out pass@1 (before: round 0,
     after: last round). Right axis: number of active lessons at the end of each round.

@@ -1,0 +1,390 @@
+"""A :class:`~agents.policy.Policy` backed by any OpenAI-compatible chat endpoint.
+
+Works with OpenAI, vLLM (``--enable-lora``: the adapter name goes in ``model``), Ollama and
+llama.cpp's servers, through the official ``openai`` client. The endpoint and key come from
+the constructor or from ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``.
+
+What the chat API gives and does not give:
+
+* sampling log-probs of the sampled tokens (``logprobs=True``), where the server supports
+  them; they land in :attr:`Completion.logprobs`;
+* no token ids (``Completion.token_ids`` stays ``[]``) and no scoring of an arbitrary
+  completion, so :meth:`OpenAIPolicy.logprobs` raises :class:`LogprobsUnavailable`;
+* no tokenizer, so :meth:`OpenAIPolicy.count_tokens` is an approximation.
+
+Every failure of the endpoint surfaces as a one-line :class:`PolicyError`; retries are the
+``openai`` client's own bounded retries (``max_retries``), and rate limits (HTTP 429) are
+retried further with tenacity, waiting what the server's ``Retry-After`` header asks.
+
+Concurrency: episodes running in threads share one policy; at most ``max_concurrency``
+requests are in flight at once (a bounded semaphore). A group of k completions is one request
+with ``n=k`` where the server honours ``n`` (OpenAI, vLLM); servers that ignore it (llama.cpp)
+are remembered and get k concurrent single-completion requests instead.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+
+import openai
+from openai import OpenAI
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+
+from agents.policy import Completion, LogprobsUnavailable, Message, PolicyError
+
+DEFAULT_API_KEY = "sk-no-key"  # local servers (llama.cpp, vLLM, Ollama) accept any key
+_CHARS_PER_TOKEN = 4
+_MAX_ERROR_CHARS = 300
+MAX_RETRY_AFTER_S = 300.0  # longest Retry-After we wait; a longer one fails the request
+_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # waits after a 429 without Retry-After
+
+
+def retry_after_seconds(headers: Any, now: datetime | None = None) -> float | None:
+    """Seconds a 429/503 response asks the client to wait, from its headers; None if it does not say.
+
+    Reads ``retry-after-ms`` (OpenAI's, milliseconds) first, then ``Retry-After`` (RFC 9110:
+    delay-seconds or an HTTP-date, counted from ``now``). Negative values count as 0.
+    """
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+
+
+def _one_line(text: object, limit: int = _MAX_ERROR_CHARS) -> str:
+    """``text`` collapsed to a single line of at most ``limit`` characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _status_message(err: openai.APIStatusError) -> str:
+    """The server's own error message from an HTTP error response, as one line."""
+    body = err.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return _one_line(inner["message"])
+        if isinstance(inner, str) and inner:
+            return _one_line(inner)
+        if body.get("detail"):
+            return _one_line(body["detail"])
+    return _one_line(err.message)
+
+
+def _connection_reason(err: openai.APIConnectionError, timeout_s: float) -> str:
+    """Why a connection failed, e.g. ``[Errno 111] Connection refused``."""
+    if isinstance(err, openai.APITimeoutError):
+        return f"timed out after {timeout_s:g}s"
+    cause = err.__cause__
+    reason = str(cause) if cause is not None and str(cause) else str(err)
+    return _one_line(reason)
+
+
+def _trim_to_text(text: str, tokens: list[str], logprobs: list[float]) -> list[float]:
+    """Drop log-probs of tokens that lie past ``text`` (a stop sequence the server removed).
+
+    Servers such as llama.cpp's report the token that produced the stop sequence although
+    the text no longer contains it. Only trims when the token strings provably spell out
+    ``text`` followed by the removed suffix; otherwise returns ``logprobs`` unchanged.
+    """
+    joined = "".join(tokens)
+    if len(tokens) != len(logprobs) or len(joined) <= len(text) or not joined.startswith(text):
+        return logprobs
+    kept: list[float] = []
+    consumed = 0
+    for token, lp in zip(tokens, logprobs):
+        if consumed >= len(text):
+            break
+        kept.append(lp)
+        consumed += len(token)
+    return kept
+
+
+class OpenAIPolicy:
+    """A chat model behind an OpenAI-compatible endpoint (``openai`` client).
+
+    Args:
+        model: model name the server knows (for vLLM LoRA serving, the adapter name).
+        base_url: endpoint root, e.g. ``http://127.0.0.1:8000/v1``; defaults to
+            ``$OPENAI_BASE_URL``, else the ``openai`` client's default (api.openai.com).
+        api_key: defaults to ``$OPENAI_API_KEY``, else the placeholder ``"sk-no-key"`` so
+            local servers that check no key work without configuration.
+        timeout_s: per-request timeout in seconds.
+        max_retries: retries the ``openai`` client makes on connection errors, 408/409/429
+            and 5xx responses (with backoff); 0 disables them.
+        max_concurrency: requests in flight at once, over all threads using this policy.
+        rate_limit_retries: further attempts after a 429 the client's own retries did not
+            clear, each after the server's ``Retry-After`` (at most ``MAX_RETRY_AFTER_S``) or,
+            without one, a backoff of 1, 2, 4, … 30 s.
+        http_client: an ``httpx.Client`` for the ``openai`` client (proxies, tests).
+
+    Attributes:
+        name: ``"openai:<model>"``.
+        model: the model name sent with every request.
+        base_url: the effective endpoint root (for messages).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+        max_concurrency: int = 8,
+        rate_limit_retries: int = 6,
+        http_client: Any = None,
+    ) -> None:
+        if not model:
+            raise PolicyError("the openai backend needs a model name")
+        if max_concurrency < 1:
+            raise PolicyError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.model = model
+        self.name = f"openai:{model}"
+        self.timeout_s = float(timeout_s)
+        self._client = OpenAI(
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY,
+            timeout=self.timeout_s,
+            max_retries=max_retries,
+            **({"http_client": http_client} if http_client is not None else {}),
+        )
+        self.base_url = str(self._client.base_url).rstrip("/")
+        self._request_logprobs = True  # switched off if the server rejects the parameter
+        self.max_concurrency = max_concurrency
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self.rate_limit_retries = rate_limit_retries
+        self.supports_n: bool | None = None  # learnt from the first reply to n > 1
+        self._sleep: Callable[[float], None] = time.sleep  # tests record the waits instead
+
+    # ------------------------------------------------------------------ errors
+
+    def _policy_error(self, err: openai.OpenAIError) -> PolicyError:
+        """Translate an ``openai`` exception into a one-line :class:`PolicyError`."""
+        if isinstance(err, openai.APIConnectionError):  # includes APITimeoutError
+            reason = _connection_reason(err, self.timeout_s)
+            return PolicyError(f"cannot reach OpenAI-compatible endpoint at {self.base_url}: {reason}")
+        if isinstance(err, openai.AuthenticationError):
+            return PolicyError(
+                f"endpoint {self.base_url} rejected the API key (HTTP 401): set OPENAI_API_KEY "
+                f"to a valid key ({_status_message(err)})"
+            )
+        if isinstance(err, openai.PermissionDeniedError):
+            return PolicyError(
+                f"endpoint {self.base_url} denied access to model '{self.model}' (HTTP 403): "
+                f"check OPENAI_API_KEY ({_status_message(err)})"
+            )
+        if isinstance(err, openai.NotFoundError):
+            return PolicyError(
+                f"model '{self.model}' not found at {self.base_url} "
+                f"(HTTP 404: {_status_message(err)}; check the model name and that the URL ends in /v1)"
+            )
+        if isinstance(err, openai.APIStatusError):
+            return PolicyError(
+                f"endpoint {self.base_url} returned HTTP {err.status_code} for model "
+                f"'{self.model}': {_status_message(err)}"
+            )
+        return PolicyError(f"OpenAI-compatible endpoint at {self.base_url} failed: {_one_line(err)}")
+
+    # ------------------------------------------------------------------ sampling
+
+    def _create(self, messages: Sequence[Message], n: int, **kwargs: Any) -> Any:
+        """One ``chat.completions.create`` call (waiting for a free slot, retrying 429s); errors become :class:`PolicyError`."""
+        params: dict[str, Any] = dict(model=self.model, messages=list(messages), **kwargs)
+        if n != 1:
+            params["n"] = n
+        if self._request_logprobs:
+            # top_logprobs=0: llama-cpp-python's server only returns log-probs when
+            # top_logprobs is set; 0 asks for the sampled tokens' log-probs alone.
+            params.update(logprobs=True, top_logprobs=0)
+        try:
+            for attempt in Retrying(
+                retry=retry_if_exception_type(openai.RateLimitError),
+                stop=stop_after_attempt(1 + max(0, self.rate_limit_retries)),
+                wait=self._rate_limit_wait,
+                sleep=self._sleep,
+                reraise=True,
+            ):
+                with attempt, self._slots:
+                    return self._client.chat.completions.create(**params)
+        except openai.BadRequestError as err:
+            if self._request_logprobs and "logprob" in _status_message(err).lower():
+                self._request_logprobs = False  # this server/model refuses log-probs
+                return self._create(messages, n, **kwargs)
+            raise self._policy_error(err) from None
+        except openai.RateLimitError as err:
+            raise PolicyError(
+                f"endpoint {self.base_url} kept rate-limiting requests for model '{self.model}' (HTTP 429; waited "
+                f"up to {self.rate_limit_retries} times, at most {MAX_RETRY_AFTER_S:g} s each): {_status_message(err)}; "
+                "lower --concurrency or raise the limit"
+            ) from None
+        except openai.OpenAIError as err:
+            raise self._policy_error(err) from None
+        raise AssertionError("unreachable")  # pragma: no cover - Retrying returns or raises
+
+    def _rate_limit_wait(self, state: RetryCallState) -> float:
+        """Seconds to wait after a 429: the server's Retry-After, else 1, 2, 4, … 30 s."""
+        err = state.outcome.exception() if state.outcome is not None else None
+        asked = retry_after_seconds(getattr(getattr(err, "response", None), "headers", None))
+        if asked is not None:
+            if asked > MAX_RETRY_AFTER_S:
+                raise err  # type: ignore[misc] - not worth waiting for; reported as a PolicyError
+            return asked
+        return _BACKOFF_S[min(state.attempt_number - 1, len(_BACKOFF_S) - 1)]
+
+    @staticmethod
+    def _to_completion(choice: Any, prompt_tokens: int) -> Completion:
+        text = (choice.message.content or "") if choice.message is not None else ""
+        logprobs: list[float] | None = None
+        content = getattr(choice.logprobs, "content", None) if choice.logprobs is not None else None
+        if content:
+            logprobs = [float(t.logprob) for t in content]
+            logprobs = _trim_to_text(text, [t.token or "" for t in content], logprobs)
+        return Completion(
+            text=text,
+            token_ids=[],
+            logprobs=logprobs,
+            finish_reason="length" if choice.finish_reason == "length" else "stop",
+            prompt_tokens=prompt_tokens,
+        )
+
+    def sample(
+        self,
+        messages: Sequence[Message],
+        n: int = 1,
+        temperature: float = 0.7,
+        max_tokens: int = 256,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """Sample ``n`` completions of one chat via ``chat.completions.create``.
+
+        Sends one request with ``n=n``. Servers that ignore ``n`` (llama.cpp's servers return a
+        single choice) get one more request per missing completion, issued concurrently (at
+        most ``max_concurrency`` in flight), and are remembered (:attr:`supports_n` False): later
+        groups go straight to ``n`` concurrent single requests. With a ``seed``, the request for
+        completion ``i`` uses ``seed + i`` so the completions are not copies of each other.
+        Thread-safe. A 429 is retried after the server's ``Retry-After``.
+
+        Log-probs of the sampled tokens are requested (``logprobs=True``) and returned in
+        :attr:`Completion.logprobs` where the server provides them, else ``None``;
+        ``token_ids`` is always ``[]`` (the chat API returns no ids).
+
+        Args:
+            messages: the chat, system message first if any.
+            n: number of completions; ``n <= 0`` returns ``[]``.
+            temperature: sampling temperature; 0 asks the server for greedy decoding.
+            max_tokens: cap on completion tokens per completion.
+            stop: strings that end a completion (not included in the text; at most 4 for OpenAI).
+            seed: passed to the server (best-effort reproducibility).
+
+        Returns:
+            ``n`` :class:`Completion` objects, finish reason ``"length"`` or ``"stop"``.
+
+        Raises:
+            PolicyError: endpoint unreachable or timed out, unknown model, bad API key, rate
+                limited past the retries, any other HTTP error, or a server that returns no choices.
+        """
+        if n <= 0:
+            return []
+        kwargs: dict[str, Any] = dict(temperature=float(temperature), max_tokens=int(max_tokens))
+        if stop:
+            kwargs["stop"] = list(stop)
+
+        def request(count: int, index: int) -> list[Completion]:
+            """``count`` completions starting at position ``index`` of the group (seed + index)."""
+            kw = dict(kwargs, **({"seed": seed + index} if seed is not None else {}))
+            response = self._create(messages, count, **kw)
+            if not response.choices:
+                raise PolicyError(f"endpoint {self.base_url} returned no completions for model '{self.model}'")
+            prompt_tokens = response.usage.prompt_tokens if response.usage is not None else 0
+            return [self._to_completion(c, prompt_tokens or 0) for c in sorted(response.choices, key=lambda c: c.index or 0)]
+
+        completions: list[Completion] = []
+        if n == 1 or self.supports_n is not False:
+            completions = request(n, 0)[:n]
+            if n > 1 and self.supports_n is None:
+                self.supports_n = len(completions) == n
+        missing = list(range(len(completions), n))
+        if missing:  # the server ignores n: one request per missing completion, concurrently
+            with ThreadPoolExecutor(max_workers=min(len(missing), self.max_concurrency)) as pool:
+                for part in pool.map(lambda i: request(1, i)[:1], missing):
+                    completions += part
+        return completions[:n]
+
+    def logprobs(self, messages: Sequence[Message], completion: str) -> list[float]:
+        """Not available: always raises :class:`LogprobsUnavailable`.
+
+        The chat completions API cannot score a given completion (there is no echo of
+        assistant tokens). Log-probs of *sampled* tokens come back from :meth:`sample` in
+        :attr:`Completion.logprobs` where the server supports them; to score arbitrary text,
+        use the local backend (:class:`agents.backends.local.LocalPolicy`).
+
+        Raises:
+            LogprobsUnavailable: always.
+        """
+        raise LogprobsUnavailable(
+            f"{self.name}: the chat completions API cannot score a given completion; sampling "
+            "log-probs are returned by sample() in Completion.logprobs, and the local backend "
+            "scores arbitrary completions"
+        )
+
+    def count_tokens(self, text: str) -> int:
+        """Approximate token count: ``ceil(len(text) / 4)``.
+
+        Remote models expose no tokenizer, so this is the usual four-characters-per-token
+        estimate for English text; good for budgets, not for exact lengths.
+        """
+        return math.ceil(len(text) / _CHARS_PER_TOKEN)
+
+    # ------------------------------------------------------------------ preflight
+
+    def check(self) -> None:
+        """Fail fast if the endpoint is unreachable or does not serve :attr:`model`.
+
+        Lists the server's models (``GET /models``): if the list is non-empty and the model is
+        not in it (Ollama's implicit ``:latest`` tag counts as a match), raises. Servers that
+        answer the listing with 404 get a one-token chat completion instead.
+
+        Raises:
+            PolicyError: unreachable endpoint, bad API key, unknown model (the message lists
+                the available models), or another HTTP error.
+        """
+        try:
+            page = self._client.models.list()
+        except openai.NotFoundError:
+            self._create([{"role": "user", "content": "ping"}], 1, max_tokens=1, temperature=0.0)
+            return
+        except openai.OpenAIError as err:
+            raise self._policy_error(err) from None
+        available = [m.id for m in (page.data or []) if getattr(m, "id", None)]
+        if not available or self.model in available or f"{self.model}:latest" in available:
+            return
+        shown = ", ".join(available[:20]) + (", ..." if len(available) > 20 else "")
+        raise PolicyError(f"model '{self.model}' not found at {self.base_url}; available: {shown}")

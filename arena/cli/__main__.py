@@ -1,0 +1,5 @@
+"""``python -m arena.cli``: the same as the ``arena`` console script."""
+
+from arena.cli import main
+
+main()

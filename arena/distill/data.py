@@ -1,0 +1,386 @@
+"""Distillation data: stored rollouts → training examples, and Guide's importance weights.
+
+Two sources, one LoRA adapter ("sleep": the skill that lessons and hints give in context
+moves into the weights):
+
+1. **Context distillation** (Snell et al. 2022, "Learning by Distilling Context", arXiv
+   2209.15189): unguided rollouts of train tasks that the verifier accepted, sampled with
+   the chosen lessons in the system prompt, trained under the same chat *without* the
+   lessons. (An episode that had no lessons in context contributes a plain rejection-sampled
+   success.)
+2. **Guided successes** (Guide, Nath et al. 2025, arXiv 2506.13923): rollouts sampled with a
+   hint in context that succeeded, trained under the unguided chat (hint and lessons
+   removed), each completion token weighted by the shaped importance ratio
+   ``ρ_t / (ρ_t + γ)``, ``ρ_t = exp(log π_θ(y_t | x, y_<t) − log π_old(y_t | x, h, y_<t))``,
+   ``γ`` the 0.9-quantile of the batch's ρ over hinted tokens floored at 1e-4, all detached
+   (:func:`importance_weights`, as in Guide's public code).
+
+``--objective`` picks the rows of the comparison from the same rollouts:
+``distill`` (both, the default), ``sft`` (plain rejection-sampling SFT on unguided successes
+under the context they were sampled in: the STaR-like baseline, Zelikman et al. 2022) and
+``guided-unweighted`` (both sources, guided tokens with weight 1: the ablation of the
+importance weights).
+
+The loss is on completion tokens only; every example keeps its provenance (rollout id, task,
+lessons in context, hint id), recorded in the adapter's sidecar and database row.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import math
+import re
+
+import torch
+
+from lessons.library.adapters import TrainingRollout
+from arena.distill.config import MIN_GUIDED_LOG_RATIO
+
+Message = dict[str, str]
+KINDS = ("context", "guided", "sft")
+
+
+class NoTrainingData(ValueError):
+    """No rollout qualifies as training data; the message says why and what to do (one line)."""
+
+
+@dataclass(frozen=True)
+class DistillExample:
+    """One training example: a context and a completion, loss on the completion only.
+
+    Attributes:
+        kind: ``"context"`` (context distillation), ``"guided"`` (guided success) or ``"sft"``.
+        rollout_id: the stored rollout (rollouts.id) it comes from.
+        task_key: its task.
+        messages: the training context (lessons / hint removed as the objective says).
+        completion_ids: the sampled completion token ids (T,), without end-of-turn.
+        old_logprobs: (T,) π_old(y_t | sampling context) for importance-weighted examples
+            (objective ``distill``, guided rollouts); None: every token has weight 1.
+        add_eos: the rollout ended its turn (finish reason ``stop``): train the end-of-turn
+            token too, with weight 1.
+        lessons: readable ids of the lessons that were in the sampling context.
+        hint_id: the hint of a guided rollout (hints.id), else None.
+    """
+
+    kind: str
+    rollout_id: int
+    task_key: str
+    messages: list[Message]
+    completion_ids: list[int]
+    old_logprobs: list[float] | None
+    add_eos: bool
+    lessons: tuple[str, ...] = ()
+    hint_id: int | None = None
+
+    @property
+    def weighted(self) -> bool:
+        return self.old_logprobs is not None
+
+
+@dataclass
+class DistillDataset:
+    """Examples plus what was left out and why (the provenance recorded with the adapter)."""
+
+    objective: str
+    examples: list[DistillExample]
+    skipped: Counter = field(default_factory=Counter)  # reason -> rollouts left out
+    rollouts_seen: int = 0
+
+    def provenance(self) -> dict[str, Any]:
+        """JSON-safe summary: counts by kind, rollout / lesson / hint ids, skipped rollouts by reason."""
+        kinds = Counter(e.kind for e in self.examples)
+        return {
+            "objective": self.objective,
+            "rollouts_seen": self.rollouts_seen,
+            "examples": len(self.examples),
+            "by_kind": {k: kinds.get(k, 0) for k in KINDS},
+            "weighted_examples": sum(e.weighted for e in self.examples),
+            "completion_tokens": sum(len(e.completion_ids) for e in self.examples),
+            "rollout_ids": [e.rollout_id for e in self.examples],
+            "tasks": sorted({e.task_key for e in self.examples}),
+            "lessons": sorted({lid for e in self.examples for lid in e.lessons}),
+            "hint_ids": sorted({e.hint_id for e in self.examples if e.hint_id is not None}),
+            "skipped": dict(sorted(self.skipped.items())),
+        }
+
+    @property
+    def lessons_in_context(self) -> list[str]:
+        """Lessons whose effect was trained in: those in the sampling context of any example."""
+        return sorted({lid for e in self.examples for lid in e.lessons})
+
+
+def build_dataset(
+    rollouts: Sequence[TrainingRollout],
+    objective: str,
+    success_threshold: float,
+    strip_lessons: Callable[[list[Message]], list[Message]],
+) -> DistillDataset:
+    """Select and shape the training examples of ``objective`` from stored rollouts.
+
+    Args:
+        rollouts: a session's train rollouts (:meth:`lessons.library.adapters.AdapterStore.training_rollouts`).
+        objective: ``"distill"``, ``"sft"`` or ``"guided-unweighted"`` (see the module docstring).
+        success_threshold: a rollout is a success when its reward is at least this.
+        strip_lessons: returns the chat without its lessons section (the solver owns the
+            prompt format: :func:`agents.roles.solver.strip_lessons_section`).
+
+    Returns:
+        The examples in rollout order with skip counts by reason: ``failed`` (reward below
+        the threshold), ``no_token_ids`` (the backend gave no ids, e.g. a chat API),
+        ``guided_without_context`` / ``guided_without_logprobs`` (a guided rollout lacking
+        its unguided chat or log-probs of every token), ``mentions_hint`` (a guided completion
+        that talks about its hint or quotes it: :func:`mentions_hint`), ``guided_not_used``
+        (objective sft), ``empty`` (no completion tokens). Guided successes that are
+        implausible without their hint are screened afterwards, with a model:
+        :func:`screen_implausible`.
+
+    Raises:
+        ValueError: unknown objective.
+    """
+    if objective not in ("distill", "sft", "guided-unweighted"):
+        raise ValueError(f"objective must be distill, sft or guided-unweighted, not {objective!r}")
+    out = DistillDataset(objective=objective, examples=[], rollouts_seen=len(rollouts))
+    for r in rollouts:
+        if r.reward < success_threshold - 1e-9:
+            out.skipped["failed"] += 1
+            continue
+        if not r.token_ids:
+            out.skipped["no_token_ids" if r.token_ids is None else "empty"] += 1
+            continue
+        lessons = tuple(r.lessons_in_context)
+        if not r.guided:
+            if objective == "sft":
+                msgs, kind = [dict(m) for m in r.messages], "sft"
+            else:
+                msgs, kind = strip_lessons([dict(m) for m in r.messages]), "context"
+            out.examples.append(
+                DistillExample(kind, r.rollout_id, r.task_key, msgs, list(r.token_ids), None,
+                               r.finish_reason == "stop", lessons, None)
+            )
+            continue
+        if objective == "sft":
+            out.skipped["guided_not_used"] += 1
+            continue
+        if not r.unguided_messages:
+            out.skipped["guided_without_context"] += 1
+            continue
+        question = next((m["content"] for m in reversed(r.unguided_messages) if m.get("role") == "user"), "")
+        if mentions_hint(r.completion, r.hint_text, question=question):
+            out.skipped["mentions_hint"] += 1
+            continue
+        old: list[float] | None = None
+        if objective == "distill":
+            if r.logprobs is None or len(r.logprobs) != len(r.token_ids):
+                out.skipped["guided_without_logprobs"] += 1
+                continue
+            old = list(r.logprobs)
+        out.examples.append(
+            DistillExample("guided", r.rollout_id, r.task_key, strip_lessons([dict(m) for m in r.unguided_messages]),
+                           list(r.token_ids), old, r.finish_reason == "stop", lessons, r.hint_id)
+        )
+    return out
+
+
+def require_examples(data: DistillDataset, session: str, threshold: float) -> None:
+    """Raise :class:`NoTrainingData` with the reason when ``data`` has no example."""
+    if data.examples:
+        return
+    if data.rollouts_seen == 0:
+        raise NoTrainingData(f"session {session!r} has no rollouts of train tasks to distill; run `arena run` first")
+    reasons = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(data.skipped.items()))
+    raise NoTrainingData(
+        f"no eligible training data in session {session!r} for objective {data.objective}: "
+        f"{data.rollouts_seen} rollouts, none usable ({reasons}); lower --success-threshold "
+        f"(now {threshold}) or run more rounds"
+    )
+
+
+def importance_weights(
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    hinted: torch.Tensor,
+    quantile: float = 0.9,
+    floor: float = 1e-4,
+) -> tuple[torch.Tensor, float | None]:
+    """Guide's shaped per-token importance weights (Nath et al. 2025, arXiv 2506.13923, public code).
+
+    ``ρ_t = exp(log π_θ(y_t | x, y_<t) − log π_old(y_t | x, h, y_<t))``; ``γ = max(floor,
+    quantile_q(ρ over hinted tokens of the batch))``; weight ``ρ_t / (ρ_t + γ)`` on hinted
+    tokens, 1 elsewhere. Everything is detached: the weights scale the token log-likelihood
+    gradient, they carry none themselves.
+
+    Args:
+        logp_new: (N,) or (B, T) float, log π_θ of the completion tokens under the training
+            (unguided) context.
+        logp_old: same shape, the sampling log-probs under the guided context; ignored where
+            ``hinted`` is False (may hold NaN there).
+        hinted: same shape, bool: tokens of guided, importance-weighted examples.
+        quantile: q of γ (0.9 in Guide).
+        floor: lower bound of γ (1e-4 in Guide).
+
+    Returns:
+        ``(weights, gamma)``: float32 weights of the input shape in (0, 1] on hinted tokens
+        and exactly 1 elsewhere; γ as a float, or None when no token is hinted.
+
+    Raises:
+        ValueError: shapes differ.
+    """
+    if logp_new.shape != logp_old.shape or logp_new.shape != hinted.shape:
+        raise ValueError(f"shapes differ: {tuple(logp_new.shape)}, {tuple(logp_old.shape)}, {tuple(hinted.shape)}")
+    weights = torch.ones(logp_new.shape, dtype=torch.float32, device=logp_new.device)
+    if not bool(hinted.any()):
+        return weights, None
+    with torch.no_grad():
+        log_ratio = (logp_new.detach().float() - logp_old.float())[hinted]
+        rho = torch.exp(log_ratio.clamp(max=30.0))  # (N_hinted,); clamp keeps exp finite
+        gamma = torch.quantile(rho, quantile).clamp(min=floor)
+        weights[hinted] = rho / (rho + gamma)
+    return weights, float(gamma)
+
+
+# --------------------------------------------------------------------------- clean self-generated data
+
+# Phrases by which a guided completion refers to its hint instead of solving the task: trained
+# under the unguided context they would teach the model to talk about guidance it never sees.
+_HINT_TALK = re.compile(
+    r"\b(hints?|hinted|the plan|feedback|(?:earlier|previous) attempts?|correct final answer is|the given answer|"
+    r"answer (?:is |was )?(?:given|provided)|expected answer|you (?:said|told|gave)|(?:i|we) was told|we were told|"
+    r"reference answer)\b",
+    re.IGNORECASE,
+)
+QUOTE_WORDS = 6  # a run of this many consecutive words shared with the hint counts as quoting it
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _grams(words: list[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def mentions_hint(completion: str, hint: str | None, quote_words: int = QUOTE_WORDS, question: str = "") -> bool:
+    """Whether a guided completion talks about its hint or quotes it.
+
+    True when the completion uses a phrase that refers to guidance (``hint``, ``feedback``,
+    ``the plan``, ``earlier attempt``, ``the correct final answer is`` …) or shares a run of
+    ``quote_words`` consecutive words with ``hint`` that is not also in the task's ``question``
+    (a plan may restate the task, and so may an honest solution). Such a completion is not
+    plausible as a reply to the unguided context it would be trained under (Guide, arXiv
+    2506.13923, trains guided successes as if the hint were absent).
+
+    Args:
+        completion: the guided rollout's text.
+        hint: the hint that was in its context (None: only the phrase check applies).
+        quote_words: n of the shared word n-gram that counts as a quote (≥ 1).
+        question: the task's question (its n-grams never count as quotes of the hint).
+
+    Raises:
+        ValueError: ``quote_words`` < 1.
+    """
+    if quote_words < 1:
+        raise ValueError(f"quote_words must be >= 1, got {quote_words}")
+    if _HINT_TALK.search(completion):
+        return True
+    if not hint:
+        return False
+    grams = _grams(_words(hint), quote_words) - _grams(_words(question), quote_words)
+    return bool(grams & _grams(_words(completion), quote_words))
+
+
+def guided_log_ratio(logp_unguided: torch.Tensor, logp_old: Sequence[float]) -> float:
+    """Mean per-token log-ratio ``mean_t [log π_θ(y_t | x, y_<t) − log π_old(y_t | x, h, y_<t)]`` (nats).
+
+    The log of Guide's importance ratio averaged over the completion: how much less likely
+    the completion is once the hint ``h`` is taken away. Near 0: the hint did not matter;
+    very negative: the completion depends on the hint (e.g. copies an answer it could not
+    have derived).
+
+    Args:
+        logp_unguided: (T,) float, log π_θ of the completion under the unguided context.
+        logp_old: T floats, the stored sampling log-probs under the guided context.
+
+    Raises:
+        ValueError: lengths differ or T is 0.
+    """
+    old = torch.as_tensor(list(logp_old), dtype=torch.float32)
+    if logp_unguided.shape != old.shape or old.numel() == 0:
+        raise ValueError(f"need two equal, non-empty log-prob vectors, got {tuple(logp_unguided.shape)} and {tuple(old.shape)}")
+    return float((logp_unguided.float() - old).mean())
+
+
+def screen_implausible(
+    data: DistillDataset,
+    rollouts: Sequence[TrainingRollout],
+    score: Callable[[list[Message], list[int]], torch.Tensor],
+    min_log_ratio: float = MIN_GUIDED_LOG_RATIO,
+) -> list[float]:
+    """Drop guided examples whose completion is implausible without the hint (in place).
+
+    For every guided example, ``score(unguided_messages, completion_ids)`` gives
+    log π_θ(y_t | x, y_<t) under the context it would be trained in (the policy training
+    starts from); with the stored π_old(y_t | x, h, y_<t) this is :func:`guided_log_ratio`.
+    Examples below ``min_log_ratio`` are removed and counted as ``implausible_without_hint``:
+    Guide's importance weight would shrink their tokens anyway, and a success that the
+    unguided policy finds e^{|ratio|} times less likely per token than the guided one teaches
+    the answer rather than the skill.
+
+    Args:
+        data: the dataset from :func:`build_dataset` (modified: examples and ``skipped``).
+        rollouts: the rollouts it was built from (for the stored log-probs of every guided one).
+        score: teacher-forcing scorer, e.g. :meth:`agents.backends.local.LocalPolicy.token_logprobs`.
+        min_log_ratio: threshold in nats per token (``-inf`` keeps all).
+
+    Returns:
+        The mean log-ratio of every guided example scored (kept or not), in example order,
+        for the data report. Guided rollouts without stored log-probs are kept unscored.
+    """
+    by_id = {r.rollout_id: r for r in rollouts}
+    kept: list[DistillExample] = []
+    ratios: list[float] = []
+    for ex in data.examples:
+        r = by_id.get(ex.rollout_id)
+        if ex.kind != "guided" or r is None or r.logprobs is None or len(r.logprobs) != len(ex.completion_ids):
+            kept.append(ex)
+            continue
+        ratio = guided_log_ratio(score(ex.messages, list(ex.completion_ids)), r.logprobs)
+        if not math.isfinite(ratio):  # a broken score: neither trusted nor reported
+            data.skipped["implausible_without_hint"] += 1
+            continue
+        ratios.append(ratio)
+        if ratio < min_log_ratio:
+            data.skipped["implausible_without_hint"] += 1
+            continue
+        kept.append(ex)
+    data.examples = kept
+    return ratios
+
+
+def data_report(data: DistillDataset, train_task_keys: Sequence[str], log_ratios: Sequence[float] = ()) -> dict[str, Any]:
+    """What a sleep trains on: examples by kind, completion tokens, distinct tasks, share of the train set covered.
+
+    Args:
+        data: the final dataset.
+        train_task_keys: the session's train tasks (the coverage denominator).
+        log_ratios: guided log-ratios from :func:`screen_implausible` (quantiles reported).
+    """
+    kinds = Counter(e.kind for e in data.examples)
+    tasks = {e.task_key for e in data.examples}
+    n_train = len(set(train_task_keys))
+    out: dict[str, Any] = {
+        "examples": len(data.examples),
+        "by_kind": {k: kinds.get(k, 0) for k in KINDS},
+        "completion_tokens": sum(len(e.completion_ids) for e in data.examples),
+        "distinct_tasks": len(tasks),
+        "train_tasks": n_train,
+        "task_coverage": round(len(tasks) / n_train, 4) if n_train else 0.0,
+        "skipped": dict(sorted(data.skipped.items())),
+    }
+    if log_ratios:
+        q = torch.quantile(torch.tensor(list(log_ratios)), torch.tensor([0.1, 0.5, 0.9])).tolist()
+        out["guided_log_ratio"] = {"n": len(log_ratios), "p10": round(q[0], 3), "p50": round(q[1], 3), "p90": round(q[2], 3)}
+    return out

@@ -1,0 +1,498 @@
+"""`arena distill` and `arena eval`: a session's successes into a LoRA adapter, and held-out pass@1 with it.
+
+The pipeline (:func:`run_distill`):
+
+1. data: the session's train rollouts → examples of the chosen objective
+   (:func:`arena.distill.data.build_dataset`); none eligible → :class:`DistillError`, nothing written;
+2. held-out pass@1 (greedy) of the base model without and with the lessons;
+3. training (:func:`arena.distill.trainer.train`) on the base model;
+4. the adapter directory (peft files + sidecar), written atomically, then loaded back from
+   disk as the solver would load it (``LocalPolicy(adapter=...)``) and evaluated without
+   lessons;
+5. lessons that helped (base + lessons above base on the tasks that showed them) and whose
+   effect the adapter keeps — its pass@1 without any lesson, on the held-out
+   tasks whose prompt showed the lesson, is at least the lower end of the 95% CI of base +
+   lessons on those tasks — become ``distilled``; the adapter is evaluated again with the
+   remaining lessons;
+6. one transaction registers the adapter, its lineage edges and the lesson status changes.
+
+A failure or Ctrl-C before step 6 removes the adapter directory: no half-written adapter is
+ever registered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import shutil
+import sys
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agents.roles.solver import strip_lessons_section
+from arena.config import SessionConfig
+from arena.episode.graph import retrieve_for_task
+from arena.session.runner import evaluate_heldout
+from arena.stats import wilson_interval
+from arena.tasks.core import Task, load_tasks
+from lessons.library.adapters import AdapterInfo, AdapterRecord, AdapterStore
+from arena.distill.weights import (
+    SIDECAR,
+    AdapterSidecar,
+    base_fingerprint,
+    check_adapter_dir,
+    save_adapter,
+)
+from lessons.library.adapters import TrainingRollout
+from arena.distill.data import DistillDataset, NoTrainingData, build_dataset, data_report, require_examples, screen_implausible
+from arena.distill.config import DistillConfig
+from lessons.library.store import LessonStore
+
+CONDITIONS = ("base", "base_lessons", "adapter", "adapter_lessons")
+CONDITION_LABELS = {
+    "base": "base",
+    "base_lessons": "base + lessons",
+    "adapter": "adapter",
+    "adapter_lessons": "adapter + remaining lessons",
+}
+
+
+class DistillError(ValueError):
+    """A user-fixable problem with a distillation or evaluation request; one line for stderr."""
+
+
+@dataclass
+class EvalResult:
+    """Greedy held-out pass@1 of one condition."""
+
+    rewards: list[float]  # one per task, input order
+    lessons: list[list[str]]  # lesson ids shown per task
+
+    @property
+    def n(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def passes(self) -> int:
+        return sum(r >= 1.0 - 1e-9 for r in self.rewards)
+
+    def summary(self) -> dict[str, Any]:
+        """``{"pass_at_1", "n", "passes", "ci95": [lo, hi]}`` (95% Wilson interval)."""
+        lo, hi = wilson_interval(self.passes, self.n)
+        return {"pass_at_1": round(self.passes / self.n, 4) if self.n else 0.0, "n": self.n, "passes": self.passes,
+                "ci95": [round(lo, 4), round(hi, 4)]}
+
+
+# --------------------------------------------------------------------------- tasks and adapters
+
+
+def session_heldout(store: LessonStore, db: str, session: str) -> tuple[SessionConfig, list[Task]]:
+    """The session's settings and held-out tasks, rebuilt from its stored config and checked against the stored tasks.
+
+    Raises:
+        DistillError: no such session, or its tasks cannot be rebuilt identically.
+    """
+    info = store.get_session(session)
+    if info is None:
+        raise DistillError(f"no session named {session!r} in {db}")
+    try:
+        cfg = SessionConfig.model_validate({**info.config, "db": db})
+        with contextlib.redirect_stdout(sys.stderr):
+            splits = load_tasks(cfg.families, cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
+    except Exception as e:  # noqa: BLE001 - a stored config that no longer loads (e.g. a moved task file)
+        raise DistillError(f"cannot rebuild the tasks of session {session!r}: {' '.join(str(e).split())}") from None
+    stored = {(t.task_key, t.question) for t in store.stored_tasks(session, split="heldout")}
+    rebuilt = {(t.task_key, t.question) for t in splits.heldout}
+    if stored and stored != rebuilt:
+        raise DistillError(f"the held-out tasks of session {session!r} changed since it ran (was the task file edited?)")
+    return cfg, list(splits.heldout)
+
+
+def latest_session(store: LessonStore, db: str) -> str:
+    """The newest session that has rollouts; DistillError when there is none."""
+    from sqlalchemy import select
+
+    from lessons.db.schema import EpisodeRow, SessionRow
+
+    with store._read() as s:
+        name = s.scalar(
+            select(SessionRow.name).join(EpisodeRow, EpisodeRow.session_id == SessionRow.id)
+            .order_by(SessionRow.id.desc()).limit(1)
+        )
+    if name is None:
+        raise DistillError(f"no session with rollouts in {db}; run `arena run --db {db}` first")
+    return name
+
+
+def resolve_adapter(store: LessonStore, spec: str) -> tuple[Path, AdapterInfo | None]:
+    """An adapter given as a registered id (``adapter-0001``) or a directory.
+
+    Returns:
+        ``(path, info)``: the directory and its registry entry (None for an unregistered
+        directory, e.g. a peft adapter trained elsewhere: nothing is distilled into it).
+
+    Raises:
+        DistillError: neither a registered id nor an existing directory.
+    """
+    info = AdapterStore(store).get_adapter(spec)
+    if info is not None:
+        return Path(info.path), info
+    p = Path(spec).expanduser()
+    if p.exists():
+        return p.resolve(), AdapterStore(store).find_by_path(p)
+    raise DistillError(f"no adapter {spec!r}: not a registered adapter id (see the adapters table) nor a directory")
+
+
+def check_adapter_for_base(path: Path, base_dir: Path) -> AdapterSidecar | None:
+    """:func:`arena.distill.weights.check_adapter_dir` against the fingerprint of the base model in ``base_dir``."""
+    return check_adapter_dir(path, base_fingerprint(base_dir))
+
+
+def adapter_for_run(db: str, spec: str, solver: str) -> Path:
+    """The checked adapter directory for ``arena run --adapter ID|PATH`` (before anything is written).
+
+    An id is looked up in an existing library; a directory is used as is. The directory must
+    hold a LoRA adapter for the embedded base model.
+
+    Raises:
+        DistillError / AdapterError: not the local solver, unknown id, missing or corrupt
+            directory, or an adapter for another base model.
+    """
+    from agents.backends.local import ensure_converted
+
+    if solver != "local":
+        raise DistillError(f"--adapter needs the local solver (got --solver {solver})")
+    exists = "://" in db or Path(db).exists()
+    if exists:
+        with LessonStore(db) as store:
+            path, _ = resolve_adapter(store, spec)
+    else:
+        path = Path(spec).expanduser()
+        if not path.exists():
+            raise DistillError(f"no adapter {spec!r}: not a directory, and there is no library at {db} to look it up in")
+        path = path.resolve()
+    check_adapter_for_base(path, ensure_converted())
+    return path
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(
+    store: LessonStore,
+    policy: Any,
+    tasks: Sequence[Task],
+    with_lessons: bool,
+    exclude: Collection[str],
+    lesson_tokens: int,
+    max_tokens: int,
+    reuse: EvalResult | None = None,
+) -> EvalResult:
+    """Greedy pass@1 of ``policy`` on ``tasks`` with or without lessons (minus ``exclude``).
+
+    ``reuse``: the no-lessons result of the same policy; returned as is when no task would be
+    shown any lesson (the prompts, hence the greedy completions, are the same).
+    """
+    if with_lessons and reuse is not None:
+        shown = [retrieve_for_task(store, t, lesson_tokens, policy.count_tokens, exclude)[1] for t in tasks]
+        if not any(shown):
+            return reuse
+    rewards, details = evaluate_heldout(store, policy, tasks, with_lessons, lesson_tokens, max_tokens, exclude=exclude)
+    return EvalResult(rewards, [row["lessons"] for row in details["tasks"]])
+
+
+def distilled_lessons(
+    candidates: Sequence[str], base: EvalResult, base_lessons: EvalResult, adapter: EvalResult
+) -> dict[str, str]:
+    """Lessons whose effect the adapter keeps, each with a rationale holding the figures.
+
+    For lesson L: the held-out tasks whose base + lessons prompt showed L; p_b the base
+    model's pass@1 there without lessons, p_bl its pass@1 with them (95% Wilson CI [lo, hi]);
+    p_a the adapter's pass@1 without any lesson on the same tasks. L is distilled when the
+    lessons had an effect to keep there (p_bl > p_b) and p_a >= lo ("within the CI of base +
+    lesson or better"). A lesson that did not help is not marked distilled even when the
+    adapter beats it: there was nothing to distill, and it should stay visible to curation.
+    Lessons shown on no task are not judged.
+    """
+    out: dict[str, str] = {}
+    for lid in candidates:
+        idx = [i for i, shown in enumerate(base_lessons.lessons) if lid in shown]
+        if not idx:
+            continue
+        n = len(idx)
+        b = sum(base.rewards[i] >= 1.0 - 1e-9 for i in idx)
+        bl = sum(base_lessons.rewards[i] >= 1.0 - 1e-9 for i in idx)
+        ad = sum(adapter.rewards[i] >= 1.0 - 1e-9 for i in idx)
+        lo, hi = wilson_interval(bl, n)
+        if bl > b and ad / n >= lo - 1e-12:
+            out[lid] = (
+                f"held-out pass@1 without the lesson {ad}/{n} = {ad / n:.3f} with the adapter; base + lessons "
+                f"{bl}/{n} = {bl / n:.3f}, 95% CI [{lo:.3f}, {hi:.3f}], base alone {b}/{n}, on the {n} tasks that showed it"
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- the pipeline, step by step
+# (shared by `arena distill` and the sleeps of `arena run --cycles`)
+
+
+def collect_data(
+    store: LessonStore, session: str, cfg: DistillConfig, rounds: Collection[int] | None = None
+) -> tuple[list[TrainingRollout], DistillDataset]:
+    """The session's train rollouts and the examples of ``cfg.objective`` (no model needed: fails fast).
+
+    ``rounds``: only rollouts of episodes in these session rounds (a cycle's, for
+    ``--sleep-from previous``); None: every round.
+
+    Raises:
+        NoTrainingData: no eligible example (the message lists what was skipped and why).
+        lessons.library.store.StoreError: no such session.
+    """
+    rollouts = AdapterStore(store).training_rollouts(session)
+    if rounds is not None:
+        rollouts = [r for r in rollouts if r.episode_round in rounds]
+    data = build_dataset(rollouts, cfg.objective, cfg.success_threshold, strip_lessons_section)
+    require_examples(data, session, cfg.success_threshold)
+    return rollouts, data
+
+
+def screen_data(
+    store: LessonStore, session: str, rollouts: Sequence[TrainingRollout], data: DistillDataset, policy: Any,
+    cfg: DistillConfig,
+) -> dict[str, Any]:
+    """Screen guided successes with the policy training starts from, check the size, report the data.
+
+    Guided examples implausible without their hint are dropped
+    (:func:`arena.distill.data.screen_implausible`, threshold ``cfg.min_guided_log_ratio``,
+    scored by ``policy.token_logprobs``); then the data must hold ``cfg.min_examples``.
+
+    Returns:
+        :func:`arena.distill.data.data_report` (examples by kind, tokens, distinct tasks, coverage
+        of the session's train tasks, skip reasons, guided log-ratio quantiles).
+
+    Raises:
+        NoTrainingData: nothing left, or fewer than ``cfg.min_examples`` examples (saying how
+            many it has and needs).
+    """
+    ratios: list[float] = []
+    if any(e.kind == "guided" for e in data.examples) and cfg.min_guided_log_ratio > float("-inf"):
+        ratios = screen_implausible(data, rollouts, policy.token_logprobs, cfg.min_guided_log_ratio)
+        require_examples(data, session, cfg.success_threshold)
+    if len(data.examples) < cfg.min_examples:
+        raise NoTrainingData(
+            f"session {session!r} has {len(data.examples)} training examples for objective {data.objective} "
+            f"(skipped: {', '.join(f'{n} {k}' for k, n in sorted(data.skipped.items())) or 'none'}); a sleep needs "
+            f"at least {cfg.min_examples} to train meaningfully: run more train tasks or rounds, or lower the minimum "
+            "(arena run --sleep-min-examples, arena distill --min-examples)"
+        )
+    train_keys = [t.task_key for t in store.stored_tasks(session, split="train")]
+    return data_report(data, train_keys, ratios)
+
+
+def train_and_save(
+    policy: Any, data: DistillDataset, cfg: DistillConfig, out_dir: Path, sidecar: AdapterSidecar,
+    console: Any | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Train a LoRA on ``policy``'s model (a fresh base, or a loaded adapter to continue) and save it atomically.
+
+    Returns:
+        ``(path, metrics)``: the adapter directory (peft files + sidecar with ``metrics``) and
+        the trainer's metrics.
+
+    Raises:
+        arena.distill.trainer.TrainingError / arena.distill.weights.AdapterError.
+    """
+    from arena.distill.trainer import train
+
+    peft_model, result = train(policy.model, policy.tokenizer, data.examples, cfg.train,
+                               eos_id=policy.eos_token_id, console=console)
+    sidecar.metrics = result.metrics()
+    path = save_adapter(peft_model, out_dir, sidecar)
+    del peft_model
+    gc.collect()
+    return path, result.metrics()
+
+
+def fresh_out_dir(store: LessonStore, out_dir: Path | None, name: str) -> Path:
+    """The adapter directory: ``out_dir`` or ``adapters/<name>`` beside a SQLite database (else the cwd).
+
+    Raises:
+        DistillError: it exists and is not empty.
+    """
+    if out_dir is None:
+        root = store.sqlite_path.absolute().parent if store.sqlite_path is not None else Path.cwd()
+        out_dir = root / "adapters" / name
+    out_dir = out_dir.expanduser().absolute()
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise DistillError(f"adapter directory {out_dir} already exists; pass another --out or remove it")
+    return out_dir
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def run_distill(
+    store: LessonStore,
+    db: str,
+    session: str,
+    cfg: DistillConfig,
+    out_dir: Path | None = None,
+    base_model: Path | None = None,
+    console: Any | None = None,
+) -> dict[str, Any]:
+    """Distill one session into a LoRA adapter, evaluate it, register it (see the module docstring).
+
+    Args:
+        store: the open library.
+        db: its path / URL as the user gave it (for messages and the session config).
+        session: the session whose train rollouts are the data.
+        cfg: objective, data threshold, evaluation budgets and the trainer's settings.
+        out_dir: the adapter directory; default ``adapters/<adapter id>`` beside a SQLite
+            database (the working directory otherwise).
+        base_model: a transformers checkpoint directory; default the embedded SmolLM2.
+        console: rich console for progress (stderr in the CLI); None: silent.
+
+    Returns:
+        The summary: ``adapter_id``, ``adapter_path``, ``session``, ``objective``, ``data``
+        (counts), ``train`` (steps, tokens, final_loss, tokens_per_s, ...), ``eval`` (the four
+        conditions, each ``{"pass_at_1", "n", "passes", "ci95"}``), ``in_context`` and
+        ``distilled`` lesson ids.
+
+    Raises:
+        DistillError / NoTrainingData: bad session, no eligible data, output directory taken.
+        arena.distill.weights.AdapterError: the output directory cannot be written.
+        arena.distill.trainer.TrainingError: the loss became NaN / no example fits.
+        agents.policy.PolicyError: the base model cannot be loaded.
+    """
+    from agents.backends.local import LocalPolicy
+
+    astore = AdapterStore(store)
+    # ---- data (before any model is loaded: bad input fails fast and writes nothing)
+    rollouts, data = collect_data(store, session, cfg)
+    session_cfg, tasks = session_heldout(store, db, session)
+    adapter_id = astore.next_adapter_id()
+    out_dir = fresh_out_dir(store, out_dir, adapter_id)
+
+    # ---- base model: screen the guided data, then its held-out pass@1 without / with lessons
+    policy = LocalPolicy(model_dir=base_model)
+    policy.load()
+    report = screen_data(store, session, rollouts, data, policy, cfg)
+    base_dir = policy.model_dir
+    fingerprint = base_fingerprint(base_dir)
+    ev: dict[str, EvalResult] = {}
+    ev["base"] = evaluate(store, policy, tasks, False, (), cfg.lesson_tokens, cfg.eval_max_tokens)
+    ev["base_lessons"] = evaluate(store, policy, tasks, True, (), cfg.lesson_tokens, cfg.eval_max_tokens, ev["base"])
+
+    # ---- train
+    provenance = {**data.provenance(), "session": session, "report": report}
+    sidecar = AdapterSidecar(
+        adapter_id=adapter_id, base_model=fingerprint, objective=cfg.objective, session=session,
+        config=cfg.model_dump(mode="json"), data=provenance, metrics={},
+        created_at=datetime.now(UTC).isoformat(),
+    )
+    path, metrics = train_and_save(policy, data, cfg, out_dir, sidecar, console)
+    del policy
+    gc.collect()
+    registered = False
+    try:
+        # ---- the adapter as the solver loads it, without lessons, then with the remaining ones
+        apolicy = LocalPolicy(model_dir=base_dir, adapter=path)
+        apolicy.load()
+        ev["adapter"] = evaluate(store, apolicy, tasks, False, (), cfg.lesson_tokens, cfg.eval_max_tokens)
+        in_context = data.lessons_in_context
+        distilled = distilled_lessons(in_context, ev["base"], ev["base_lessons"], ev["adapter"])
+        ev["adapter_lessons"] = evaluate(store, apolicy, tasks, True, set(distilled), cfg.lesson_tokens,
+                                         cfg.eval_max_tokens, ev["adapter"])
+        eval_json = {name: ev[name].summary() for name in CONDITIONS}
+        eval_json["heldout_tasks"] = len(tasks)
+        sidecar.eval = {**eval_json, "distilled": sorted(distilled)}
+        rewrite_sidecar(path, sidecar)
+        info = astore.register_adapter(
+            AdapterRecord(
+                adapter_id=adapter_id, path=str(path), base_model=fingerprint, objective=cfg.objective,
+                session_id=store.get_session(session).id, config=cfg.model_dump(mode="json"), data=provenance,
+                metrics=metrics, eval=sidecar.eval, in_context=in_context, distilled=distilled,
+            )
+        )
+        registered = True
+    finally:
+        if not registered:
+            shutil.rmtree(path, ignore_errors=True)
+    return {
+        "adapter_id": info.adapter_id,
+        "adapter_path": info.path,
+        "session": session,
+        "objective": cfg.objective,
+        "base_model": fingerprint,
+        "data": {k: v for k, v in provenance.items() if k not in ("rollout_ids",)},
+        "train": {k: v for k, v in metrics.items() if k != "loss_curve"},
+        "eval": {name: ev[name].summary() for name in CONDITIONS},
+        "in_context": info.in_context,
+        "distilled": info.distilled,
+        "session_families": session_cfg.families,
+    }
+
+
+def rewrite_sidecar(path: Path, sidecar: AdapterSidecar) -> None:
+    """Replace the adapter's sidecar atomically (after its evaluation)."""
+    tmp = path / (SIDECAR + ".tmp")
+    tmp.write_text(json.dumps(sidecar.model_dump(mode="json"), indent=2) + "\n")
+    os.replace(tmp, path / SIDECAR)
+
+
+def run_eval(
+    store: LessonStore,
+    db: str,
+    session: str,
+    adapter: str | None,
+    lesson_tokens: int = 512,
+    max_tokens: int = 96,
+    base_model: Path | None = None,
+) -> dict[str, Any]:
+    """Held-out pass@1 of the base model or an adapter, without and with lessons; stored as evaluations.
+
+    With ``adapter``: conditions ``adapter`` and ``adapter_lessons`` (the lessons it distilled
+    are left out); without: ``base`` and ``base_lessons``. Each is recorded in the session's
+    evaluations under ``eval:<adapter id or base>[+lessons]``.
+
+    Raises:
+        DistillError / AdapterError / agents.policy.PolicyError: bad session, adapter or model.
+    """
+    from agents.backends.local import LocalPolicy
+
+    _, tasks = session_heldout(store, db, session)
+    path, info, exclude, label = None, None, set(), "base"
+    if adapter is not None:
+        path, info = resolve_adapter(store, adapter)
+        probe = LocalPolicy(model_dir=base_model)
+        check_adapter_for_base(path, probe.model_dir)
+        exclude = set(info.distilled) if info else set()
+        label = info.adapter_id if info else str(path)
+    policy = LocalPolicy(model_dir=base_model, adapter=path)
+    policy.load()
+    plain = evaluate(store, policy, tasks, False, (), lesson_tokens, max_tokens)
+    withl = evaluate(store, policy, tasks, True, exclude, lesson_tokens, max_tokens, plain)
+    names = ("adapter", "adapter_lessons") if adapter is not None else ("base", "base_lessons")
+    sid = store.get_session(session).id
+    for name, res, wl in ((names[0], plain, False), (names[1], withl, True)):
+        s = res.summary()
+        store.record_evaluation(sid, f"eval:{label}{'+lessons' if wl else ''}", "heldout", wl, res.rewards,
+                                tuple(s["ci95"]), {"lessons": res.lessons, "adapter": str(path) if path else None})
+    return {
+        "session": session,
+        "adapter_id": info.adapter_id if info else None,
+        "adapter_path": str(path) if path else None,
+        "excluded_lessons": sorted(exclude),
+        "eval": {names[0]: plain.summary(), names[1]: withl.summary()},
+    }
+
+
+__all__ = [
+    "CONDITIONS", "DistillError", "EvalResult", "adapter_for_run", "distilled_lessons", "evaluate",
+    "latest_session", "resolve_adapter", "run_distill", "run_eval", "session_heldout",
+]

@@ -1,0 +1,354 @@
+"""The LoRA trainer of `arena distill`: one readable loop, per-token weights, loss on completion tokens only.
+
+TRL's ``SFTTrainer`` has no per-token weights, which Guide's importance-weighted guided
+examples need, so the loop is our own (after nanochat's ``scripts/base_train.py``: data →
+model → optimizer → loop, schedules as small named functions). peft ``LoraConfig`` on the
+llama projections, AdamW, linear warm-up then cosine decay, global-norm gradient clipping,
+gradient accumulation with the loss normalised by the completion tokens of the whole
+optimizer step, a fixed seed; fp32 on CPU, bf16 on CUDA (the base model's dtype; peft keeps
+the LoRA weights in fp32).
+
+The loss of an optimizer step over micro-batches m and completion tokens t is
+
+    L = Σ_m Σ_t w_t · (−log π_θ(y_t | x, y_<t)) / N_step
+
+with ``w_t`` = 1 except on the tokens of importance-weighted (guided) examples, where it is
+Guide's shaped ratio (:func:`arena.distill.data.importance_weights`), and ``N_step`` the number
+of completion tokens in the step. The vocabulary projection is applied to completion
+positions only (prompt positions carry no loss), which saves the largest matmul of a small
+model on every prompt token.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from arena.distill.data import DistillExample, importance_weights
+from arena.distill.config import TrainConfig
+
+# Model types whose causal-LM forward is exactly lm_head(model(...).last_hidden_state):
+# the fast path that projects completion positions only is exact for them.
+_PLAIN_HEAD_TYPES = {"llama", "mistral", "qwen2", "qwen3", "smollm3"}
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (non-finite loss, no example fits); one line for stderr."""
+
+
+@dataclass
+class EncodedExample:
+    """An example as token ids: ``input_ids = prompt + completion (+ end-of-turn)``.
+
+    ``old_logprobs`` has one entry per target token (completion, then end-of-turn as NaN);
+    NaN means "not importance-weighted".
+    """
+
+    input_ids: list[int]
+    n_prompt: int  # tokens of the rendered chat (the first target is input_ids[n_prompt])
+    old_logprobs: list[float]  # (n_target,) π_old per target token, NaN where unweighted
+    weighted: bool
+
+
+@dataclass
+class TrainResult:
+    """What a training run did (stored in the adapter's sidecar and row as ``metrics``)."""
+
+    steps: int  # optimizer steps
+    tokens: int  # non-pad tokens processed (prompt + completion, all epochs): the tokens/s numerator
+    completion_tokens: int  # tokens that carried loss
+    final_loss: float  # weighted loss of the last optimizer step (per completion token, nats)
+    first_loss: float  # of the first step
+    tokens_per_s: float  # tokens / wall seconds of the loop
+    wall_s: float  # seconds in the loop (data, forward, backward, optimizer)
+    examples: int  # examples trained on
+    dropped_too_long: int  # examples longer than max_seq_len, left out
+    losses: list[float] = field(default_factory=list)  # per optimizer step
+    gammas: list[float] = field(default_factory=list)  # Guide's γ per micro-batch with hinted tokens
+
+    def metrics(self) -> dict[str, Any]:
+        """JSON-safe summary (losses rounded; the curve is kept)."""
+        return {
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "completion_tokens": self.completion_tokens,
+            "final_loss": round(self.final_loss, 5),
+            "first_loss": round(self.first_loss, 5),
+            "tokens_per_s": round(self.tokens_per_s, 1),
+            "wall_s": round(self.wall_s, 2),
+            "examples": self.examples,
+            "dropped_too_long": self.dropped_too_long,
+            "loss_curve": [round(x, 5) for x in self.losses],
+            "gamma_mean": round(sum(self.gammas) / len(self.gammas), 5) if self.gammas else None,
+        }
+
+
+# --------------------------------------------------------------------------- data
+
+
+def prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """The chat rendered with the model's chat template and a generation prompt, as ids.
+
+    The same rendering as :meth:`agents.backends.local.LocalPolicy.prompt_text` (template text, then
+    tokenised without special tokens), so training contexts match sampling contexts.
+    """
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_examples(
+    tokenizer: Any, examples: Sequence[DistillExample], max_seq_len: int, eos_id: int
+) -> tuple[list[EncodedExample], int]:
+    """Tokenise examples; drop those longer than ``max_seq_len``.
+
+    Returns:
+        ``(encoded, dropped)``: encoded examples in input order and how many were dropped.
+    """
+    out, dropped = [], 0
+    for ex in examples:
+        p = prompt_ids(tokenizer, ex.messages)
+        comp = list(ex.completion_ids) + ([eos_id] if ex.add_eos else [])
+        if len(p) + len(comp) > max_seq_len:
+            dropped += 1
+            continue
+        old = list(ex.old_logprobs) if ex.old_logprobs is not None else [math.nan] * len(ex.completion_ids)
+        old += [math.nan] * (len(comp) - len(old))  # end-of-turn: weight 1
+        out.append(EncodedExample(p + comp, len(p), old, ex.weighted))
+    return out, dropped
+
+
+def collate(batch: Sequence[EncodedExample], pad_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Right-pad a micro-batch.
+
+    Returns:
+        ``input_ids`` (B, L) long; ``attention_mask`` (B, L) long; ``target_mask`` (B, L-1)
+        bool, True where position i predicts a completion token input_ids[:, i+1];
+        ``old_logprobs`` (B, L-1) float32, π_old of that token (NaN where unweighted);
+        ``hinted`` (B, L-1) bool, target tokens of importance-weighted examples.
+    """
+    L = max(len(e.input_ids) for e in batch)
+    B = len(batch)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    tmask = torch.zeros((B, L - 1), dtype=torch.bool)
+    old = torch.full((B, L - 1), math.nan, dtype=torch.float32)
+    hinted = torch.zeros((B, L - 1), dtype=torch.bool)
+    for b, e in enumerate(batch):
+        n = len(e.input_ids)
+        ids[b, :n] = torch.tensor(e.input_ids)
+        attn[b, :n] = 1
+        lo, hi = e.n_prompt - 1, n - 1  # positions predicting tokens n_prompt .. n-1
+        tmask[b, lo:hi] = True
+        old[b, lo:hi] = torch.tensor(e.old_logprobs, dtype=torch.float32)
+        if e.weighted:
+            hinted[b, lo:hi] = ~torch.isnan(old[b, lo:hi])
+    return {k: v.to(device) for k, v in
+            dict(input_ids=ids, attention_mask=attn, target_mask=tmask, old_logprobs=old, hinted=hinted).items()}
+
+
+# --------------------------------------------------------------------------- model
+
+
+def lora_config(cfg: TrainConfig) -> Any:
+    """The peft ``LoraConfig`` of ``cfg`` (causal LM; rank, alpha, dropout, target modules)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=list(cfg.target_modules),
+        bias="none", task_type="CAUSAL_LM",
+    )
+
+
+def target_logprobs(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """log π_θ of the completion tokens of a collated batch, with gradient.
+
+    Returns:
+        (N,) float32, N = ``batch["target_mask"].sum()``, in row-major order of the mask.
+        For llama-family models the vocabulary projection runs on the N completion positions
+        only; other models go through the full forward.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    ids, tmask = batch["input_ids"], batch["target_mask"]
+    targets = ids[:, 1:][tmask]  # (N,)
+    body, head = getattr(base, "model", None), getattr(base, "lm_head", None)
+    if getattr(base.config, "model_type", None) in _PLAIN_HEAD_TYPES and body is not None and head is not None:
+        hidden = body(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).last_hidden_state  # (B, L, D)
+        logits = head(hidden[:, :-1][tmask]).float()  # (N, V)
+    else:
+        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits[:, :-1][tmask].float()
+    return -F.cross_entropy(logits, targets, reduction="none")  # (N,)
+
+
+@torch.no_grad()
+def mean_nll(model: Any, tokenizer: Any, examples: Sequence[DistillExample], eos_id: int,
+             max_seq_len: int = 1024, batch_size: int = 8) -> float:
+    """Mean unweighted negative log-likelihood per completion token (nats) of ``examples`` under ``model``."""
+    enc, _ = encode_examples(tokenizer, examples, max_seq_len, eos_id)
+    if not enc:
+        raise TrainingError("no example fits max_seq_len")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total, n = 0.0, 0
+    for i in range(0, len(enc), batch_size):
+        lp = target_logprobs(model, collate(enc[i : i + batch_size], tokenizer.pad_token_id, device))
+        total += float(-lp.sum())
+        n += lp.numel()
+    model.train(was_training)
+    return total / n
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """LR multiplier at optimizer step ``step`` (0-based): linear warm-up, then cosine to ``min_ratio``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def total_steps(n_examples: int, cfg: TrainConfig) -> int:
+    """Optimizer steps: ``cfg.max_steps`` or ``ceil(n_examples * epochs / (batch_size * grad_accum))``."""
+    if cfg.max_steps:
+        return cfg.max_steps
+    return max(1, math.ceil(n_examples * cfg.epochs / (cfg.batch_size * cfg.grad_accum)))
+
+
+def _micro_batches(n: int, cfg: TrainConfig, steps: int, gen: torch.Generator) -> list[list[list[int]]]:
+    """Example indices per micro-batch per step: epochs of seeded permutations, cycled."""
+    need = steps * cfg.grad_accum * cfg.batch_size
+    order: list[int] = []
+    while len(order) < need:
+        order += torch.randperm(n, generator=gen).tolist()
+    mbs = [order[i : i + cfg.batch_size] for i in range(0, need, cfg.batch_size)]
+    return [mbs[s * cfg.grad_accum : (s + 1) * cfg.grad_accum] for s in range(steps)]
+
+
+# --------------------------------------------------------------------------- train
+
+
+def train(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[DistillExample],
+    cfg: TrainConfig,
+    peft_config: Any | None = None,
+    eos_id: int | None = None,
+    console: Any | None = None,
+) -> tuple[Any, TrainResult]:
+    """Train a LoRA adapter on ``examples`` (loss on completion tokens, per-token weights).
+
+    Args:
+        model: a transformers causal LM (fp32 on CPU, bf16 on CUDA); wrapped with peft here,
+            its base weights are not changed (but LoRA layers are injected into it). A peft
+            model (an adapter loaded with ``PeftModel.from_pretrained``) is trained on as it
+            is: its LoRA weights continue from where they are (``--sleep-from previous``) and
+            ``peft_config`` is ignored.
+        tokenizer: its tokenizer, with a pad token.
+        examples: from :func:`arena.distill.data.build_dataset`.
+        cfg: LoRA, optimizer and loop settings.
+        peft_config: a peft ``LoraConfig``; default :func:`lora_config` of ``cfg``.
+        eos_id: end-of-turn token id appended to completions that ended their turn;
+            default ``tokenizer.eos_token_id``.
+        console: a rich console for the progress bar (loss, tokens/s); None: silent.
+
+    Returns:
+        ``(peft_model, result)``: the ``PeftModel`` in eval mode and the run's figures.
+
+    Raises:
+        TrainingError: no example fits ``max_seq_len``, or the loss became NaN / infinite.
+    """
+    from peft import get_peft_model
+
+    # ---- data
+    eos_id = tokenizer.eos_token_id if eos_id is None else eos_id
+    enc, dropped = encode_examples(tokenizer, examples, cfg.max_seq_len, eos_id)
+    if not enc:
+        raise TrainingError(f"no training example fits --max-seq-len {cfg.max_seq_len} ({dropped} too long); raise it")
+    steps = total_steps(len(enc), cfg)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    plan = _micro_batches(len(enc), cfg, steps, gen)
+
+    # ---- model
+    torch.manual_seed(cfg.seed)
+    if hasattr(model, "peft_config"):  # an adapter to continue: make its LoRA weights trainable
+        peft_model = model
+        for name, p in peft_model.named_parameters():
+            p.requires_grad_("lora_" in name)
+    else:
+        peft_model = get_peft_model(model, peft_config or lora_config(cfg))
+    device = next(peft_model.parameters()).device
+    peft_model.train()
+
+    # ---- optimizer
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: warmup_cosine(s, cfg.warmup_steps, steps, cfg.min_lr_ratio)
+    )
+
+    # ---- loop
+    progress = None
+    if console is not None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.fields[status]}"), console=console)
+        bar = progress.add_task("train", total=steps, status="")
+        progress.start()
+    result = TrainResult(0, 0, 0, math.nan, math.nan, 0.0, 0.0, len(enc), dropped)
+    t0 = time.perf_counter()
+    try:
+        for step, micro in enumerate(plan):
+            n_step = sum(len(enc[i].input_ids) - enc[i].n_prompt for mb in micro for i in mb)  # completion tokens
+            step_loss = 0.0
+            for mb in micro:
+                batch = collate([enc[i] for i in mb], tokenizer.pad_token_id, device)
+                logp = target_logprobs(peft_model, batch)  # (N,) log π_θ of completion tokens
+                old, hinted = batch["old_logprobs"][batch["target_mask"]], batch["hinted"][batch["target_mask"]]
+                w, gamma = importance_weights(logp, old, hinted, cfg.is_quantile, cfg.is_floor)  # (N,) detached
+                if gamma is not None:
+                    result.gammas.append(gamma)
+                loss = (w * -logp).sum() / n_step
+                loss_value = float(loss.detach())
+                if not math.isfinite(loss_value):
+                    raise TrainingError(
+                        f"loss became {loss_value} at step {step + 1}; lower --lr (now {cfg.lr}) or check the data"
+                    )
+                loss.backward()
+                step_loss += loss_value
+                result.tokens += int(batch["attention_mask"].sum())
+                result.completion_tokens += int(batch["target_mask"].sum())
+            if cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            result.losses.append(step_loss)
+            result.steps = step + 1
+            if progress is not None:
+                tok_s = result.tokens / max(1e-9, time.perf_counter() - t0)
+                progress.update(bar, advance=1, status=f"loss {step_loss:.4f}  {tok_s:,.0f} tok/s")
+    finally:
+        if progress is not None:
+            progress.stop()
+    result.wall_s = time.perf_counter() - t0
+    result.tokens_per_s = result.tokens / max(1e-9, result.wall_s)
+    result.first_loss, result.final_loss = result.losses[0], result.losses[-1]
+    peft_model.eval()
+    return peft_model, result

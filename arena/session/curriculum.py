@@ -1,0 +1,647 @@
+"""Self-play curriculum: keep each task family at the solver's frontier, and let a proposer write new tasks there.
+
+A group teaches most when the solver sometimes solves its task: an all-fail group teaches
+nothing without a hint and an all-pass group nothing at all (Training-Free GRPO, arXiv
+2510.08191, keeps only mixed groups; Guide, arXiv 2506.13923, filters groups by accuracy).
+With ``--curriculum frontier`` the session therefore moves each family's difficulty after
+every round so that its train pass@1 stays inside a target band (``--target-pass 0.3:0.7``):
+above the band one rung up, below it one rung down, inside it stay (band control, as in
+reasoning-gym's own ``coaching`` experiments, which adjust curriculum levels on accuracy).
+
+**Difficulty ladder** (:class:`DifficultyLadder`). reasoning-gym ships a curriculum for 102 of
+its 106 families (``reasoning_gym.factory.create_curriculum``): attributes with ordered levels
+(``ChainSumCurriculum``: ``num_terms`` 2..12 → ``min_terms``/``max_terms``, ``num_digits``
+1..10 → ``min_digits``/``max_digits``). Rung 0 is the family spec exactly as given; its
+attribute levels are the ones nearest the spec's effective config. One rung up raises one
+attribute by one level, round-robin over the attributes (the one raised least so far first,
+in the curriculum's attribute order), skipping a level whose config reasoning-gym rejects; a
+rung down lowers them the same way. Levels become config ranges as in reasoning-gym's
+``DefaultCurriculumContext`` in ``INCLUSIVE`` mode (from the lowest level up to the current
+one), except that a lower bound the spec raised stays raised. So the default spec
+``chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2`` has rung −1 = 2 terms of 1
+digit, rung 1 = 2–3 terms of 1–2 digits, rung 2 = 2–3 terms of 1–3 digits, and so on.
+Families without a curriculum have no difficulty knob and stay fixed (:data:`NO_KNOB`), as do
+JSONL task files; proposals still apply to them.
+
+**Tasks per round.** Round 1 uses the session's train tasks (rung 0). A family at rung ``d``
+trains on ``--train-tasks`` generator tasks drawn at that rung from their own slot of the
+train seed block (:func:`arena.tasks.core.make_slot_tasks`, the same tasks whenever the family is at
+rung ``d`` again) plus the accepted proposals made at that rung. Held-out tasks are drawn
+once, before anything runs, at rung 0 and never change; at the end, held-out pass@1 is also
+measured on a second held-out set drawn at each family's final rung from the held-out seed
+block (never a train question), so both the starting and the final difficulty are reported.
+
+**Proposals** (:mod:`agents.roles.proposer`): after each round, for up to ``--proposals`` groups per
+family whose pass@1 was at or below the band's lower edge (barely solved first, then failed),
+the proposer writes a variant task with a justified reference answer. It enters the pool only
+if checkable (the family's verifier, else agreement of independent samples); every proposal is
+stored in ``task_proposals`` with its verdict and reason, every task with its origin
+(``generator``, ``file``, ``proposer`` + parent).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from arena.tasks.extract import extract_answer, normalise_text
+from arena.tasks.core import (
+    SEED_BLOCK,
+    FamilySpec,
+    Task,
+    TaskError,
+    TaskSplits,
+    _build_config,
+    _datasets,
+    _max_draws,
+    answers_match,
+    make_slot_tasks,
+    score,
+)
+from lessons.library.curriculum import CurriculumRecords, CurriculumStep, ProposalRecord, StoredTask
+from lessons.library.store import LessonStore
+
+Action = Literal["up", "down", "stay", "at_max", "at_min", "fixed", "no_data"]
+
+# reasoning-gym families without a registered curriculum, and why their difficulty stays fixed.
+NO_KNOB: dict[str, str] = {
+    "acre": "no difficulty setting (ACRE's config has only the train flag)",
+    "composite": "a mixture of other families: give them as separate --family specs to adapt each",
+    "gsm_symbolic": "reasoning-gym supports only difficulty=1.0",
+    "list_functions": "no difficulty setting",
+}
+
+MAX_RUNGS = 64  # rungs explored in each direction of a ladder (chain_sum has 18 up, 1 down from the default)
+
+
+# =======================================================================================
+# band control
+
+
+def band_action(pass_rate: float, band: tuple[float, float]) -> Literal["up", "down", "stay"]:
+    """Which way to move a family's difficulty so that its train pass@1 returns to the band.
+
+    Args:
+        pass_rate: the family's train pass@1 over its recent groups, in [0, 1].
+        band: ``(lo, hi)``, the target band (inclusive), ``0 <= lo < hi <= 1``.
+
+    Returns:
+        ``"up"`` (harder) above ``hi``, ``"down"`` (easier) below ``lo``, else ``"stay"``.
+    """
+    lo, hi = band
+    if pass_rate > hi:
+        return "up"
+    if pass_rate < lo:
+        return "down"
+    return "stay"
+
+
+# =======================================================================================
+# difficulty ladders from reasoning-gym curricula
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One difficulty of a family: curriculum levels and the config overrides they give."""
+
+    step: int  # 0: the spec as given; > 0 harder; < 0 easier
+    levels: dict[str, int]  # curriculum attribute -> level index
+    overrides: dict[str, Any]  # the family config overrides to draw tasks with
+    moves: dict[str, int] = field(default_factory=dict, compare=False)  # level changes per attribute from rung 0
+
+
+class DifficultyLadder:
+    """The rungs of one family spec's difficulty, built from its reasoning-gym curriculum.
+
+    Args:
+        spec: the family spec of the session (its rung 0).
+
+    Attributes:
+        has_knob: False for families without a curriculum (:data:`NO_KNOB`): only rung 0 exists.
+
+    See the module docstring for how rungs are built. Rungs are computed lazily and cached.
+    """
+
+    def __init__(self, spec: FamilySpec) -> None:
+        from reasoning_gym.coaching.attributes import RangeAttributeDefinition
+        from reasoning_gym.factory import create_curriculum, has_curriculum
+
+        self.spec = spec
+        self.curriculum = create_curriculum(spec.name) if has_curriculum(spec.name) else None
+        self.has_knob = self.curriculum is not None and bool(self.curriculum.attributes)
+        self._cache: dict[int, Rung | None] = {}
+        if not self.has_knob:
+            self._cache[0] = Rung(0, {}, dict(spec.overrides))
+            return
+        _, config_cls = _datasets()[spec.name]
+        defaults = {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
+        effective = {**defaults, **spec.overrides}
+        self.attrs = list(self.curriculum.attributes.values())
+        fields: set[str] = set()
+        for a in self.attrs:
+            fields |= {a.lower_field_name, a.upper_field_name} if isinstance(a, RangeAttributeDefinition) else {a.field_name}
+        self.fixed = {k: v for k, v in spec.overrides.items() if k not in fields}  # kept on every rung
+        self.floors = {
+            a.name: effective.get(a.lower_field_name) for a in self.attrs if isinstance(a, RangeAttributeDefinition)
+        }
+        start = {a.name: self._nearest_level(a, effective) for a in self.attrs}
+        self._cache[0] = Rung(0, start, dict(spec.overrides), {a.name: 0 for a in self.attrs})
+
+    # --------------------------------------------------------------------- levels <-> config
+
+    def _value(self, attr: Any, level: int) -> Any:
+        """The config value(s) of one attribute at ``level`` (INCLUSIVE range: ``[lo, hi]``)."""
+        from reasoning_gym.coaching.base_curriculum import DefaultCurriculumContext, RangeAttributeMode
+
+        self.curriculum.set_attr_level(attr.name, level)
+        return DefaultCurriculumContext(mode=RangeAttributeMode.INCLUSIVE).get_attr_value(self.curriculum, attr)
+
+    def _nearest_level(self, attr: Any, effective: Mapping[str, Any]) -> int:
+        from reasoning_gym.coaching.attributes import RangeAttributeDefinition
+
+        ranged = isinstance(attr, RangeAttributeDefinition)
+        target = effective.get(attr.upper_field_name if ranged else attr.field_name)
+        best, best_gap = attr.default_level, math.inf
+        for level in range(len(attr.levels)):
+            v = self._value(attr, level)
+            v = _span(v)[1] if ranged else v
+            if v == target:
+                return level
+            try:
+                gap = abs(float(v) - float(target))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue
+            if gap < best_gap:
+                best, best_gap = level, gap
+        return best
+
+    def overrides_at(self, levels: Mapping[str, int]) -> dict[str, Any]:
+        """The config overrides at ``levels`` (attribute → level), with the spec's other overrides kept."""
+        from reasoning_gym.coaching.attributes import RangeAttributeDefinition
+
+        out: dict[str, Any] = dict(self.fixed)
+        for a in self.attrs:
+            v = self._value(a, levels[a.name])
+            if isinstance(a, RangeAttributeDefinition):
+                lo, hi = _span(v)
+                floor = self.floors.get(a.name)
+                try:
+                    if floor is not None and floor > lo:
+                        lo = min(floor, hi)
+                except TypeError:
+                    pass
+                out[a.lower_field_name], out[a.upper_field_name] = lo, hi
+            else:
+                out[a.field_name] = v
+        return out
+
+    def _valid(self, overrides: dict[str, Any]) -> bool:
+        try:
+            _build_config(FamilySpec(self.spec.name, overrides), seed=0, size=1)
+        except TaskError:
+            return False
+        return True
+
+    # --------------------------------------------------------------------- rungs
+
+    def rung(self, step: int) -> Rung | None:
+        """Rung ``step`` of the ladder, or None past its end (or for any step ≠ 0 without a knob)."""
+        if step in self._cache:
+            return self._cache[step]
+        if not self.has_knob or abs(step) > MAX_RUNGS:
+            return None
+        direction = 1 if step > 0 else -1
+        prev = self.rung(step - direction)
+        result = None if prev is None else self._next(prev, direction, step)
+        self._cache[step] = result
+        return result
+
+    def _next(self, prev: Rung, direction: int, step: int) -> Rung | None:
+        levels, moves = dict(prev.levels), dict(prev.moves)
+        prev_overrides = prev.overrides if prev.step != 0 else self.overrides_at(prev.levels)
+        for _ in range(sum(len(a.levels) for a in self.attrs)):  # each pass moves one level, or stops
+            order = sorted(range(len(self.attrs)), key=lambda i: (abs(moves[self.attrs[i].name]), i))
+            for i in order:
+                a = self.attrs[i]
+                new = levels[a.name] + direction
+                if not 0 <= new < len(a.levels):
+                    continue
+                trial = {**levels, a.name: new}
+                overrides = self.overrides_at(trial)
+                if not self._valid(overrides):
+                    continue
+                levels, moves = trial, {**moves, a.name: moves[a.name] + direction}
+                break
+            else:
+                return None  # no attribute can move in this direction
+            if overrides != prev_overrides:  # a level that changes nothing is passed over
+                return Rung(step, levels, overrides, moves)
+        return None
+
+
+def _span(v: Any) -> tuple[Any, Any]:
+    """``(min, max)`` of a curriculum value that is a scalar or a list of values."""
+    if isinstance(v, (list, tuple)):
+        return min(v), max(v)
+    return v, v
+
+
+def step_slot(step: int) -> int:
+    """The seed-block slot of rung ``step``'s draws: 0 → 0, 1 → 1, −1 → 2, 2 → 3, −2 → 4, ..."""
+    return 2 * step - 1 if step > 0 else -2 * step
+
+
+def step_tag(step: int) -> str:
+    """The task-key tag of rung ``step``'s draws: ``"s+01-"``, ``"s-01-"`` ("" for rung 0)."""
+    return "" if step == 0 else f"s{step:+03d}-"
+
+
+# =======================================================================================
+# the session's curriculum
+
+
+@dataclass
+class CurriculumSettings:
+    """The curriculum slice of the session config."""
+
+    mode: Literal["fixed", "frontier"] = "fixed"  # fixed: difficulty never moves; frontier: band control
+    band: tuple[float, float] = (0.3, 0.7)  # target band of train pass@1 per family and round
+    proposals: int = 0  # proposed tasks per family per round (frontier only)
+    samples: int = 4  # independent samples confirming a proposal without a verifier
+    agreement: float = 0.75  # share of them that must agree with the proposed reference
+    train_tasks: int = 4  # generator tasks per family per rung
+    heldout_tasks: int = 32  # held-out tasks per family (the final-difficulty set too)
+    seed: int = 0
+    success_threshold: float = 1.0  # reward at which a rollout passes
+    teacher_max_tokens: int = 192  # proposer reply cap, tokens
+    max_tokens: int = 96  # confirmation samples' cap, tokens
+
+
+@dataclass
+class _Unit:
+    """One family spec of the session (a task-key label): its ladder, start tasks and state."""
+
+    label: str
+    spec: FamilySpec | None  # None: a JSONL family
+    occurrence: int
+    ladder: DifficultyLadder | None
+    start_train: list[Task]
+    heldout: list[Task]
+
+
+def _label(task_key: str) -> str:
+    return task_key.split("/", 1)[0]
+
+
+def _occurrence(label: str) -> int:
+    _, sep, n = label.partition("#")
+    return int(n) - 1 if sep and n.isdigit() else 0
+
+
+def _from_stored(t: StoredTask) -> Task:
+    return Task(t.task_key, t.family, t.split, t.question, t.answer, t.source, dict(t.metadata))  # type: ignore[arg-type]
+
+
+class SessionCurriculum:
+    """Chooses each round's train tasks, moves difficulty after it, and runs the proposer.
+
+    Args:
+        settings: the curriculum settings.
+        store: the lesson store (the curriculum's rows go through :class:`CurriculumRecords`).
+        session_id: the session.
+        splits: the session's tasks as drawn before anything ran (held-out stays these).
+        tasks: task key → task, shared with the episode graph; new tasks are added to it.
+        proposer: the policy writing proposals (None: no proposals).
+        confirm: the policy whose independent samples confirm references without a verifier.
+        fits: raises :class:`arena.config.ConfigError` for tasks too long for the solver.
+
+    Everything is recorded before it is used, so a resumed session picks up the same rungs,
+    tasks and proposals.
+    """
+
+    def __init__(
+        self,
+        settings: CurriculumSettings,
+        store: LessonStore,
+        session_id: int,
+        splits: TaskSplits,
+        tasks: MutableMapping[str, Task],
+        proposer: Any = None,
+        confirm: Any = None,
+        fits: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.records = CurriculumRecords(store)
+        self.session_id = session_id
+        self.tasks = tasks
+        self.proposer = proposer
+        self.confirm = confirm
+        self.fits = fits or (lambda tasks: None)
+        self.units: dict[str, _Unit] = {}
+        for t in splits.train:
+            label = _label(t.task_key)
+            if label not in self.units:
+                spec = FamilySpec(t.family, dict(t.metadata.get("overrides") or {})) if t.source == "reasoning_gym" else None
+                ladder = DifficultyLadder(spec) if spec is not None and settings.mode == "frontier" else None
+                self.units[label] = _Unit(label, spec, _occurrence(label), ladder, [], [])
+            self.units[label].start_train.append(t)
+        for t in splits.heldout:
+            if _label(t.task_key) in self.units:
+                self.units[_label(t.task_key)].heldout.append(t)
+        self.stored: dict[str, StoredTask] = {t.task_key: t for t in self.records.session_tasks(session_id)}
+        self.seen: set[str] = {normalise_text(t.question) for t in [*splits.train, *splits.heldout]}
+        self.seen |= {normalise_text(t.question) for t in self.stored.values()}
+        self.steps: dict[tuple[int, str], CurriculumStep] = {
+            (s.round, s.family): s for s in self.records.steps(session_id)
+        }
+
+    @staticmethod
+    def added_task_keys(store: LessonStore, session_id: int) -> set[str]:
+        """Keys of the tasks a session added as it ran (harder/easier rungs, final held-out, proposals).
+
+        The runner's resume check compares only the session's initial tasks with a fresh draw.
+        """
+        return {
+            t.task_key for t in CurriculumRecords(store).session_tasks(session_id)
+            if t.origin == "proposer" or "curriculum" in t.metadata
+        }
+
+    # --------------------------------------------------------------------- helpers
+
+    def _register(self, tasks: Iterable[Task]) -> None:
+        for t in tasks:
+            self.tasks[t.task_key] = t
+            self.seen.add(normalise_text(t.question))
+
+    def _rung(self, unit: _Unit, step: int) -> Rung | None:
+        if step == 0:
+            return Rung(0, unit.ladder.rung(0).levels if unit.ladder else {}, dict(unit.spec.overrides) if unit.spec else {})
+        return unit.ladder.rung(step) if unit.ladder is not None else None
+
+    def _drawn(self, unit: _Unit, split: str, step: int, n: int) -> list[Task]:
+        """Generator tasks of ``unit`` at rung ``step`` (stored ones on resume, else drawn and stored).
+
+        Raises:
+            TaskError: the rung does not exist, does not fit the seed block or yields too few tasks.
+            arena.config.ConfigError: its tasks are too long for the solver.
+        """
+        if step == 0:  # the session's own draw, made before anything ran
+            return list(unit.start_train if split == "train" else unit.heldout)
+        prefix = f"{unit.label}/{split}/{step_tag(step)}"
+        stored = sorted((t for k, t in self.stored.items() if k.startswith(prefix) and t.origin == "generator"),
+                        key=lambda t: t.task_key)
+        if stored:
+            return [_from_stored(t) for t in stored]
+        rung = self._rung(unit, step)
+        if rung is None or unit.spec is None:
+            raise TaskError(f"{unit.label} has no rung {step}")
+        if (step_slot(step) + 1) * _max_draws(n) > SEED_BLOCK:
+            raise TaskError(f"{unit.label}: rung {step} is past the seed block")
+        drawn = make_slot_tasks(
+            FamilySpec(unit.spec.name, rung.overrides), split, n, self.settings.seed,  # type: ignore[arg-type]
+            occurrence=unit.occurrence, slot=step_slot(step), tag=step_tag(step), exclude=set(self.seen),
+        )
+        drawn = [
+            dataclasses.replace(t, metadata={**t.metadata, "curriculum": {"step": step, "levels": rung.levels}})
+            for t in drawn
+        ]
+        self.fits(drawn)
+        self.records.add_tasks(self.session_id, drawn)
+        self.stored.update(
+            {t.task_key: StoredTask(t.task_key, t.family, t.split, t.question, t.answer, t.source, t.metadata, "generator", None)
+             for t in drawn}
+        )
+        return drawn
+
+    def _train_at(self, unit: _Unit, step: int) -> list[Task]:
+        tasks = self._drawn(unit, "train", step, self.settings.train_tasks)
+        proposed = sorted(
+            (t for t in self.stored.values()
+             if t.origin == "proposer" and _label(t.task_key) == unit.label
+             and (t.metadata.get("curriculum") or {}).get("step", 0) == step),
+            key=lambda t: t.task_key,
+        )
+        return [*tasks, *(_from_stored(t) for t in proposed)]
+
+    # --------------------------------------------------------------------- rounds
+
+    def tasks_for_round(self, rnd: int) -> list[Task]:
+        """The train tasks of round ``rnd``, family by family; records each family's rung for the round."""
+        out: list[Task] = []
+        for label, unit in self.units.items():
+            step = self._round_step(rnd, label)
+            rung = self._rung(unit, step)
+            row = self.records.start_step(
+                self.session_id, rnd, label, step, rung.levels if rung else {}, rung.overrides if rung else {}
+            )
+            self.steps[(rnd, label)] = row
+            tasks = self._train_at(unit, row.step)
+            self._register(tasks)
+            out += tasks
+        return out
+
+    def _round_step(self, rnd: int, label: str) -> int:
+        if (rnd, label) in self.steps:
+            return self.steps[(rnd, label)].step
+        prev = self.steps.get((rnd - 1, label))
+        if prev is None:
+            return 0
+        return prev.next_step if prev.next_step is not None else prev.step
+
+    def end_round(self, rnd: int) -> dict[str, CurriculumStep]:
+        """After round ``rnd``: each family's pass rate, the band decision, then proposals.
+
+        Returns:
+            label → the completed :class:`CurriculumStep` of this round.
+        """
+        outcomes = [g for g in self.store.group_outcomes(self.session_id) if g.round == rnd]
+        done: dict[str, CurriculumStep] = {}
+        for label, unit in self.units.items():
+            row = self.steps[(rnd, label)]
+            groups = [g for g in outcomes if _label(g.task_key) == label]
+            if row.action is None:
+                row = self._decide(unit, row, groups)
+            if not row.proposals_done and self.settings.mode == "frontier" and self.settings.proposals > 0 and self.proposer:
+                self._propose(unit, row, groups)
+                row = dataclasses.replace(row, proposals_done=True)
+            self.steps[(rnd, label)] = row
+            done[label] = row
+        return done
+
+    def _decide(self, unit: _Unit, row: CurriculumStep, groups: Sequence[Any]) -> CurriculumStep:
+        thr = self.settings.success_threshold - 1e-9
+        rewards = [r for g in groups for r in g.unguided]
+        rate = sum(r >= thr for r in rewards) / len(rewards) if rewards else None
+        action: Action
+        next_step = row.step
+        if rate is None:
+            action = "no_data"
+        elif self.settings.mode != "frontier" or unit.ladder is None or not unit.ladder.has_knob:
+            action = "fixed"
+        else:
+            want = band_action(rate, self.settings.band)
+            action = want
+            if want != "stay":
+                target = row.step + (1 if want == "up" else -1)
+                if self._available(unit, target):
+                    next_step = target
+                else:
+                    action = "at_max" if want == "up" else "at_min"
+        return self.records.finish_step(
+            self.session_id, row.round, row.family, len(groups), None if rate is None else round(rate, 6), action, next_step
+        )
+
+    def _available(self, unit: _Unit, step: int) -> bool:
+        """Whether rung ``step`` exists and yields train and held-out tasks that fit the solver.
+
+        Draws and stores both sets on success, so that a family can only move to a rung whose
+        final-difficulty held-out set can be measured too.
+        """
+        from arena.config import ConfigError
+
+        if self._rung(unit, step) is None:
+            return False
+        try:
+            self._drawn(unit, "train", step, self.settings.train_tasks)
+            self._drawn(unit, "heldout", step, self.settings.heldout_tasks)
+        except (TaskError, ConfigError):
+            return False
+        return True
+
+    # --------------------------------------------------------------------- proposals
+
+    def _propose(self, unit: _Unit, row: CurriculumStep, groups: Sequence[Any]) -> None:
+        from agents.roles.proposer import REFERENCE_CHECKERS, ParentView, ProposalResult, check_proposal, propose_task
+        from arena.config import ConfigError
+        from arena.session.runner import episode_seed
+
+        s = self.settings
+        thr = s.success_threshold - 1e-9
+        rated = []
+        for g in groups:
+            rate = sum(r >= thr for r in g.unguided) / len(g.unguided) if g.unguided else 0.0
+            if rate <= s.band[0] and g.task_key in self.tasks:
+                rated.append((rate, g.task_key))
+        # barely solved first (closest to the band), then failed; ties in round order
+        rated.sort(key=lambda x: -x[0])
+        known = {normalise_text(t.question): (t.task_key, t.split) for t in self.stored.values()}
+        known.update({normalise_text(t.question): (t.task_key, t.split) for t in self.tasks.values()})
+        records: list[ProposalRecord] = []
+        for i, (rate, parent_key) in enumerate(rated[: s.proposals]):
+            parent = self.tasks[parent_key]
+            view = ParentView(parent.family, parent.question, parent.answer, rate, len(groups[0].unguided) if groups else 0)
+            seed = episode_seed(s.seed, f"propose-r{row.round:03d}-{parent_key}")
+            proposal, error, raw = propose_task(self.proposer, view, max_tokens=s.teacher_max_tokens, seed=seed)
+            name = getattr(self.proposer, "name", "proposer")
+            if proposal is None:
+                records.append(ProposalRecord(parent_key, name, "rejected", None, None, None, "unparsable",
+                                              f"no valid reply: {error}", None, {}, raw))
+                continue
+            checker = REFERENCE_CHECKERS.get(parent.family) if parent.source == "reasoning_gym" else None
+            overrides = dict(parent.metadata.get("overrides") or {})
+
+            def verify(proposed: str, computed: str, family: str = parent.family, ov: dict = overrides) -> float:
+                probe = Task("probe", family, "train", "", computed, "reasoning_gym", {"overrides": ov})
+                return score(probe, proposed)
+
+            result: ProposalResult = check_proposal(
+                proposal, view, known, normalise_text, checker=checker, verify=verify if checker else None,
+                confirm=self.confirm, answers_match=answers_match, extract=extract_answer, samples=s.samples,
+                agreement=s.agreement, max_tokens=s.max_tokens, seed=seed + 1,
+            )
+            task = None
+            if result.accepted:
+                task = Task(
+                    task_key=f"{unit.label}/train/p{row.round:03d}-{i:02d}",
+                    family=parent.family,
+                    split="train",
+                    question=proposal.question,
+                    answer=proposal.answer,
+                    source="reasoning_gym" if result.check == "verifier" else "proposed",
+                    metadata={"overrides": overrides, "curriculum": {"step": row.step}, "parent": parent_key,
+                              "justification": proposal.justification},
+                )
+                try:
+                    self.fits([task])
+                except ConfigError as e:
+                    result = ProposalResult(proposal, False, "too_long", str(e), result.check, result.check_detail)
+                    task = None
+            if task is not None:
+                known[normalise_text(task.question)] = (task.task_key, "train")
+            records.append(
+                ProposalRecord(
+                    parent_key, name, "accepted" if task is not None else "rejected", proposal.question,
+                    proposal.answer, proposal.justification, result.reason_code, result.reason, result.check,
+                    result.check_detail, raw, task,
+                )
+            )
+        self.records.record_proposals(self.session_id, row.round, row.family, records)
+        for r in records:
+            if r.task is not None:
+                t = r.task
+                self.stored[t.task_key] = StoredTask(t.task_key, t.family, t.split, t.question, t.answer, t.source,
+                                                     dict(t.metadata), "proposer", r.parent_key)
+                self.seen.add(normalise_text(t.question))
+
+    # --------------------------------------------------------------------- final difficulty
+
+    def final_steps(self) -> dict[str, int]:
+        """label → the rung of the family's last recorded round (0 before any round)."""
+        out: dict[str, int] = {label: 0 for label in self.units}
+        for (rnd, label), row in sorted(self.steps.items()):
+            out[label] = row.step
+        return out
+
+    def final_heldout(self) -> list[Task] | None:
+        """Held-out tasks at each family's final rung, or None when every family ended at rung 0.
+
+        A family at rung 0 (or without a knob) keeps its starting held-out tasks; another draws
+        ``heldout_tasks`` from its rung's slot of the held-out seed block, excluding every
+        question of the session (stored, so a resume evaluates the same tasks).
+        """
+        steps = self.final_steps()
+        if all(v == 0 for v in steps.values()):
+            return None
+        out: list[Task] = []
+        for label, unit in self.units.items():
+            out += self._drawn(unit, "heldout", steps[label], self.settings.heldout_tasks)
+        return out
+
+
+# =======================================================================================
+# summary
+
+
+def curriculum_summary(store: LessonStore, session_id: int) -> dict[str, Any]:
+    """The curriculum's part of the session summary, from stored rows.
+
+    Returns:
+        ``difficulty``: family label → one entry per round (``round``, ``step``, ``levels``,
+        ``config``, ``groups``, ``train_pass_rate``, ``action``); ``difficulty_start`` /
+        ``difficulty_final``: label → ``{"step", "config"}`` of the first and last round;
+        ``proposed_tasks``, ``accepted_tasks`` and ``proposal_rejections`` (reason code → count).
+    """
+    records = CurriculumRecords(store)
+    difficulty: dict[str, list[dict[str, Any]]] = {}
+    for s in records.steps(session_id):
+        difficulty.setdefault(s.family, []).append(
+            {"round": s.round, "step": s.step, "levels": s.levels, "config": s.config, "groups": s.groups,
+             "train_pass_rate": s.pass_rate, "action": s.action}
+        )
+    proposals = records.proposals(session_id)
+    rejections: dict[str, int] = {}
+    for p in proposals:
+        if p.status == "rejected":
+            rejections[p.reason_code or "unknown"] = rejections.get(p.reason_code or "unknown", 0) + 1
+    return {
+        "difficulty": difficulty,
+        "difficulty_start": {f: {"step": r[0]["step"], "config": r[0]["config"]} for f, r in difficulty.items()},
+        "difficulty_final": {f: {"step": r[-1]["step"], "config": r[-1]["config"]} for f, r in difficulty.items()},
+        "proposed_tasks": len(proposals),
+        "accepted_tasks": sum(p.status == "accepted" for p in proposals),
+        "proposal_rejections": rejections,
+    }

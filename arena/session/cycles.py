@@ -1,0 +1,352 @@
+"""Wake–sleep cycles of ``arena run --cycles C``: rounds of episodes ("wake"), then a distillation ("sleep").
+
+A cycle is ``--rounds`` rounds of episodes sampled by the current solver, then a sleep through
+the same steps as ``arena distill`` (:func:`arena.distill.pipeline.collect_data`, :func:`~arena.distill.pipeline.screen_data`,
+:func:`~arena.distill.pipeline.train_and_save`), then the new adapter becomes the solver of the next cycle in
+the same process; lessons it distilled leave the prompt, as with ``--adapter``. Rounds are numbered
+on across cycles (cycle c holds rounds ``(c-1)·R+1 … c·R``), so episode keys stay unique and a
+resume finds its place from the stored episodes and adapters alone.
+
+``--sleep-from base`` (default, STaR's choice, Zelikman et al. 2022): each sleep trains a fresh
+LoRA from the base model on the successes of every cycle so far. ``--sleep-from previous``
+continues the last adapter on this cycle's rollouts. Each adapter records its parent (the
+adapter that sampled the cycle's rollouts) and its cycle; each rollout records the adapter that
+sampled it, so its stored log-probs are π_old of that policy.
+
+Held-out greedy pass@1 (:class:`HeldoutEvals`) is measured before the sleep (the wake's solver,
+with and without lessons: the figures that decide which lessons the adapter distilled) and after
+it (``heldout_cycle{c}`` / ``heldout_cycle{c}_no_lessons``). A sleep is registered only after its
+adapter was saved and evaluated; a kill before that leaves no adapter row, and the resumed
+session redoes the sleep (an unregistered adapter directory of ours is removed first).
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agents.policy import Policy
+from arena.config import SessionConfig
+from arena.episode.graph import retrieve_for_task
+from arena.stats import mean_pass_at_k, paired_comparison, wilson_interval
+from arena.tasks.core import Task
+from lessons.library.adapters import AdapterInfo, AdapterRecord, AdapterStore
+from lessons.library.store import PASS_THRESHOLD, LessonStore
+
+
+def cycle_rounds(cfg: SessionConfig, cycle: int) -> range:
+    """The session rounds of ``cycle`` (1-based): ``(cycle-1)·rounds+1 … cycle·rounds``."""
+    return range((cycle - 1) * cfg.rounds + 1, cycle * cfg.rounds + 1)
+
+
+def eval_name(cycle: int, lessons: bool, wake: bool = False) -> str:
+    """Evaluation names of a cycle: ``heldout_cycle{c}[_wake][_no_lessons]``."""
+    return f"heldout_cycle{cycle}{'_wake' if wake else ''}{'' if lessons else '_no_lessons'}"
+
+
+@dataclass
+class Solver:
+    """The solver of the current cycle: its policy, the adapter it runs (None: base) and the lessons kept out of its prompt."""
+
+    policy: Policy
+    adapter_id: str | None = None  # readable id recorded on rollouts (a registered adapter, or --adapter's)
+    path: Path | None = None  # the adapter directory
+    exclude: tuple[str, ...] = ()  # lessons distilled into the adapter chain: they leave the prompt
+
+
+@dataclass
+class Evaluated:
+    """One held-out greedy evaluation: per-task rewards and the lessons each prompt showed."""
+
+    rewards: list[float | None]  # per task, input order (None: ungraded)
+    lessons: list[list[str]]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def passes(self) -> list[bool]:
+        return [r is not None and r >= PASS_THRESHOLD for r in self.rewards]
+
+    def summary(self) -> dict[str, Any]:
+        """``{"pass_at_1", "n", "ci95"}`` with the 95% Wilson interval."""
+        n, k = len(self.rewards), sum(self.passes)
+        lo, hi = wilson_interval(k, n)
+        return {"pass_at_1": round(k / n, 4) if n else 0.0, "n": n, "ci95": [round(lo, 4), round(hi, 4)]}
+
+    def as_eval_result(self) -> Any:
+        """The :class:`arena.distill.pipeline.EvalResult` view (for :func:`arena.distill.pipeline.distilled_lessons`)."""
+        from arena.distill.pipeline import EvalResult
+
+        return EvalResult([0.0 if r is None else float(r) for r in self.rewards], self.lessons)
+
+
+class HeldoutEvals:
+    """Held-out greedy pass@1 of a session's solvers, recorded by name and never measured twice.
+
+    A name already stored (e.g. before a resume) is read back. A with-lessons evaluation where
+    no task's prompt would show a lesson reuses the same solver's no-lessons result: the prompts,
+    hence the greedy completions, are identical.
+    """
+
+    def __init__(self, store: LessonStore, session_id: int, tasks: Sequence[Task], lesson_tokens: int,
+                 max_tokens: int) -> None:
+        self.store, self.session_id, self.tasks = store, session_id, list(tasks)
+        self.lesson_tokens, self.max_tokens = lesson_tokens, max_tokens
+        self._plain: dict[str | None, Evaluated] = {}  # adapter id -> its no-lessons result
+
+    def stored(self, name: str) -> Evaluated | None:
+        """The evaluation ``name`` as recorded, or None."""
+        e = self.store.evaluations(self.session_id).get(name)
+        if e is None:
+            return None
+        rows = list(e.details.get("tasks") or [])
+        rewards = [row.get("reward") for row in rows] if rows else list(e.details.get("rewards") or [])
+        return Evaluated(rewards, [list(row.get("lessons") or []) for row in rows] or [[] for _ in rewards], rows)
+
+    def compute(self, solver: Solver, with_lessons: bool, exclude: Collection[str] | None = None) -> Evaluated:
+        """Evaluate without recording (``exclude`` default: the solver's)."""
+        from arena.session.runner import evaluate_heldout
+
+        exclude = tuple(solver.exclude if exclude is None else exclude)
+        if with_lessons:
+            shown = [retrieve_for_task(self.store, t, self.lesson_tokens, solver.policy.count_tokens, exclude)[1]
+                     for t in self.tasks]
+            if not any(shown):
+                return self.compute(solver, False)
+        elif solver.adapter_id in self._plain:
+            return self._plain[solver.adapter_id]
+        rewards, details = evaluate_heldout(self.store, solver.policy, self.tasks, with_lessons, self.lesson_tokens,
+                                            self.max_tokens, exclude=exclude)
+        rows = details["tasks"]
+        out = Evaluated([row["reward"] for row in rows], [list(row["lessons"]) for row in rows], rows)
+        if not with_lessons:
+            self._plain[solver.adapter_id] = out
+        return out
+
+    def adopt_plain(self, name: str, adapter_id: str | None) -> None:
+        """Reuse the stored evaluation ``name`` as the no-lessons result of ``adapter_id`` when it showed no lesson."""
+        got = self.stored(name)
+        if got is not None and got.rows and not any(got.lessons) and all(r is not None for r in got.rewards):
+            self._plain.setdefault(adapter_id, got)
+
+    def record(self, name: str, result: Evaluated, with_lessons: bool, adapter_id: str | None) -> None:
+        """Store ``result`` under ``name``."""
+        s = result.summary()
+        self.store.record_evaluation(
+            self.session_id, name, "heldout", with_lessons, [r for r in result.rewards if r is not None],
+            tuple(s["ci95"]), {"tasks": result.rows, "adapter": adapter_id},
+        )
+
+    def run(self, name: str, solver: Solver, with_lessons: bool) -> Evaluated:
+        """The evaluation ``name`` of ``solver``: read back when stored, else computed and recorded."""
+        got = self.stored(name)
+        if got is None:
+            got = self.compute(solver, with_lessons)
+            self.record(name, got, with_lessons, solver.adapter_id)
+        return got
+
+
+def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
+    """The :class:`arena.distill.config.DistillConfig` of one sleep (seed moves with the cycle)."""
+    from arena.distill.config import DistillConfig, TrainConfig
+
+    # room for the system prompt, a full lessons section, the question and the completion
+    max_seq_len = max(512, cfg.lesson_tokens + cfg.max_tokens + 512)
+    return DistillConfig(
+        objective=cfg.sleep, success_threshold=cfg.success_threshold, lesson_tokens=cfg.lesson_tokens,
+        eval_max_tokens=cfg.max_tokens, min_guided_log_ratio=cfg.sleep_min_guided_log_ratio,
+        min_examples=cfg.sleep_min_examples,
+        train=TrainConfig(lr=cfg.sleep_lr, epochs=cfg.sleep_epochs, max_steps=cfg.sleep_steps,
+                          max_seq_len=max_seq_len, seed=(cfg.seed + cycle) % 2**32),
+    )
+
+
+def sleep_dir(store: LessonStore, adapter_id: str) -> Path:
+    """Where a sleep writes its adapter: ``adapters/<database stem>/<adapter id>`` beside a SQLite library.
+
+    Adapter ids are numbered per library, so libraries that share a folder get a folder each.
+    """
+    if store.sqlite_path is None:
+        return Path.cwd() / "adapters" / "library" / adapter_id
+    p = store.sqlite_path.absolute()
+    return p.parent / "adapters" / p.stem / adapter_id
+
+
+def clear_unregistered(astore: AdapterStore, out_dir: Path, session: str, cycle: int) -> None:
+    """Remove the directory a killed sleep of this session and cycle left behind; refuse anything else.
+
+    Raises:
+        arena.distill.pipeline.DistillError: the directory is registered, or is not this sleep's (its
+            sidecar names another session or cycle, or it has none).
+    """
+    from arena.distill.pipeline import DistillError
+    from arena.distill.weights import read_sidecar
+
+    try:
+        sc = read_sidecar(out_dir)
+    except Exception:  # noqa: BLE001 - unreadable: not ours to delete
+        sc = None
+    if astore.find_by_path(out_dir) is None and sc is not None and sc.session == session and sc.data.get("cycle") == cycle:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return
+    raise DistillError(f"adapter directory {out_dir} exists and is not an unfinished sleep of session {session!r} "
+                       f"cycle {cycle}; move it away and resume")
+
+
+def cycle_adapters(store: LessonStore, session: str) -> dict[int, AdapterInfo]:
+    """The adapters the session's sleeps registered, by cycle."""
+    return {a.cycle: a for a in AdapterStore(store).list_adapters() if a.session == session and a.cycle is not None}
+
+
+def adapter_solver(info: AdapterInfo, exclude: Collection[str], base_dir: Path | None = None) -> Solver:
+    """A local solver running a registered adapter; its distilled lessons join ``exclude``."""
+    from agents.backends.local import LocalPolicy
+
+    policy = LocalPolicy(model_dir=base_dir, adapter=Path(info.path))
+    policy.load()
+    return Solver(policy, info.adapter_id, Path(info.path), tuple(dict.fromkeys([*exclude, *info.distilled])))
+
+
+def sleep(
+    store: LessonStore,
+    session: str,
+    session_id: int,
+    cycle: int,
+    cfg: SessionConfig,
+    solver: Solver,
+    evals: HeldoutEvals,
+    console: Any | None = None,
+    base_model: Path | None = None,
+) -> tuple[Solver, dict[str, Any]]:
+    """One sleep: train, save, evaluate and register the cycle's adapter; return the next cycle's solver.
+
+    Args:
+        store, session, session_id: the session.
+        cycle: 1-based cycle number.
+        cfg: the session's settings (objective, schedule, data screens).
+        solver: the solver that sampled this cycle (its adapter is the parent, and the start
+            of training with ``--sleep-from previous``).
+        evals: the session's held-out evaluations.
+        console: rich console for the trainer's progress bar; None: silent.
+        base_model: the base checkpoint directory; default the embedded model.
+
+    Returns:
+        ``(solver, record)``: the new solver (the adapter loaded as ``arena run --adapter`` loads
+        it) and the sleep's record for the summary (adapter id, data report, training figures).
+
+    Raises:
+        arena.distill.data.NoTrainingData: fewer than ``--sleep-min-examples`` examples (one line).
+        arena.distill.trainer.TrainingError / arena.distill.weights.AdapterError: training or saving failed.
+    """
+    from agents.backends.local import LocalPolicy, ensure_converted
+    from arena.distill.pipeline import collect_data, distilled_lessons, rewrite_sidecar, screen_data, train_and_save
+    from arena.distill.weights import AdapterSidecar, base_fingerprint
+
+    astore = AdapterStore(store)
+    dcfg = sleep_config(cfg, cycle)
+    rounds = set(cycle_rounds(cfg, cycle)) if cfg.sleep_from == "previous" else None
+    rollouts, data = collect_data(store, session, dcfg, rounds)
+    # the wake's solver with and without lessons: what the adapter has to keep
+    wake_plain = evals.run(eval_name(cycle, False, wake=True), solver, False)
+    wake_lessons = evals.run(eval_name(cycle, True, wake=True), solver, True)
+
+    adapter_id = astore.next_adapter_id()
+    out_dir = sleep_dir(store, adapter_id)
+    if out_dir.exists():
+        clear_unregistered(astore, out_dir, session, cycle)
+    base_dir = base_model or ensure_converted()
+    start = solver.path if cfg.sleep_from == "previous" else None
+    trainee = LocalPolicy(model_dir=base_dir, adapter=start)
+    trainee.load()
+    report = screen_data(store, session, rollouts, data, trainee, dcfg)
+    provenance = {**data.provenance(), "session": session, "report": report, "cycle": cycle,
+                  "sleep_from": cfg.sleep_from, "parent_adapter": solver.adapter_id}
+    fingerprint = base_fingerprint(base_dir)
+    sidecar = AdapterSidecar(
+        adapter_id=adapter_id, base_model=fingerprint, objective=dcfg.objective, session=session,
+        config=dcfg.model_dump(mode="json"), data=provenance, metrics={}, created_at=datetime.now(UTC).isoformat(),
+    )
+    path, metrics = train_and_save(trainee, data, dcfg, out_dir, sidecar)  # its own bar would nest in the session's
+    del trainee
+    gc.collect()
+    registered = False
+    try:
+        policy = LocalPolicy(model_dir=base_dir, adapter=path)
+        policy.load()
+        new = Solver(policy, adapter_id, path, solver.exclude)
+        plain = evals.compute(new, False)
+        distilled = distilled_lessons(data.lessons_in_context, wake_plain.as_eval_result(),
+                                      wake_lessons.as_eval_result(), plain.as_eval_result())
+        new = replace(new, exclude=tuple(dict.fromkeys([*solver.exclude, *distilled])))
+        with_lessons = evals.compute(new, True)
+        evaluation = {"adapter": plain.summary(), "adapter_lessons": with_lessons.summary(),
+                      "wake": wake_plain.summary(), "wake_lessons": wake_lessons.summary(),
+                      "heldout_tasks": len(evals.tasks), "distilled": sorted(distilled)}
+        sidecar.metrics, sidecar.eval = metrics, evaluation
+        rewrite_sidecar(path, sidecar)
+        info = astore.register_adapter(AdapterRecord(
+            adapter_id=adapter_id, path=str(path), base_model=fingerprint, objective=dcfg.objective,
+            session_id=session_id, config=dcfg.model_dump(mode="json"), data=provenance, metrics=metrics,
+            eval=evaluation, in_context=data.lessons_in_context, distilled=distilled,
+            parent_adapter=solver.adapter_id, cycle=cycle,
+        ))
+        registered = True
+    finally:
+        if not registered:
+            shutil.rmtree(path, ignore_errors=True)
+    evals.record(eval_name(cycle, False), plain, False, info.adapter_id)
+    evals.record(eval_name(cycle, True), with_lessons, True, info.adapter_id)
+    return new, {"adapter_id": info.adapter_id, "data": report,
+                 "train": {k: v for k, v in metrics.items() if k != "loss_curve"}}
+
+
+def cycles_summary(store: LessonStore, session: str, session_id: int, cfg: SessionConfig) -> list[dict[str, Any]]:
+    """One record per finished cycle for ``--json``: adapter, examples, held-out pass@1 and the train pass rates.
+
+    Each record: ``cycle``, ``adapter_id`` (None for a cycle without sleep), ``examples``,
+    ``data`` (the sleep's data report), ``heldout`` / ``heldout_no_lessons`` (``{"pass_at_1",
+    "n", "ci95"}``), ``train_pass_at_1`` / ``train_pass_at_k`` (sampled, over the cycle's
+    unguided groups), and the paired tests ``vs_before`` (heldout vs heldout_before) and
+    ``lessons_vs_no_lessons``.
+    """
+    adapters = cycle_adapters(store, session)
+    by_round = store.round_rewards(session_id)
+    evals = HeldoutEvals(store, session_id, [], cfg.lesson_tokens, cfg.max_tokens)
+    before = evals.stored("heldout_before")
+    out = []
+    for c in range(1, cfg.cycles + 1):
+        groups = [g for r in cycle_rounds(cfg, c) for g in by_round.get(r, [])]
+        if not groups:
+            break
+        info = adapters.get(c)
+        last = c == cfg.cycles
+        with_l = evals.stored(eval_name(c, True)) or (evals.stored("heldout_after") if last else None)
+        plain = evals.stored(eval_name(c, False)) or (evals.stored("heldout_after_no_lessons") if last else None)
+        report = (info.data.get("report") or {}) if info else {}
+        out.append({
+            "cycle": c,
+            "adapter_id": info.adapter_id if info else None,
+            "examples": report.get("examples", info.data.get("examples") if info else 0),
+            "data": report,
+            "heldout": with_l.summary() if with_l else None,
+            "heldout_no_lessons": plain.summary() if plain else None,
+            "train_pass_at_1": round(mean_pass_at_k(groups, 1), 4),
+            "train_pass_at_k": round(mean_pass_at_k(groups, cfg.rollouts), 4),
+            "vs_before": paired(with_l, before),
+            "lessons_vs_no_lessons": paired(with_l, plain),
+            "sleep_refused": None,  # set by the runner when this cycle's sleep had too little data
+        })
+    return out
+
+
+def paired(a: Evaluated | None, b: Evaluated | None) -> dict[str, Any] | None:
+    """:func:`arena.stats.paired_comparison` of two evaluations on the same tasks (None when either is missing)."""
+    if a is None or b is None or len(a.rewards) != len(b.rewards) or not a.rewards:
+        return None
+    if a.rows and b.rows and [r.get("task_key") for r in a.rows] != [r.get("task_key") for r in b.rows]:
+        return None  # not the same tasks in the same order: no pairing
+    return paired_comparison(a.passes, b.passes)

@@ -1,0 +1,190 @@
+"""Measured lesson utility: an A/B of each lesson on sampled train tasks, with vs without it.
+
+Votes say what the teacher thinks of a lesson; this says what it does. Every
+``--utility-every N`` episodes the session picks up to ``--utility-lessons`` live lessons
+(never measured first, then the most used) and, for each, samples the solver on up to
+``--utility-tasks`` train tasks of its family, ``--utility-samples`` times, under two
+contexts that differ only in that lesson: the task's retrieved lessons with the lesson
+first, and the same without it. Both arms use the same seeds (common random numbers), so
+outcomes pair up; the effect on pass@1 and its 95% interval are Newcombe's paired-difference
+interval (:func:`arena.stats.paired_difference_interval`, n = tasks × samples; samples of
+one task are treated as independent pairs, so the interval is somewhat optimistic when
+tasks differ a lot). The result is stored (``lesson_utility``), feeds the retrieval prior,
+and moves the lesson along its life cycle (:mod:`lessons.library.curation`): promoted when the
+interval is above 0, retired when it is below.
+
+This is the lesson-level ablation ExpeL and ACE leave to votes; Karpathy's "system prompt
+learning" asks for exactly this check before a lesson is trusted.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agents.policy import Policy
+from agents.roles.solver import LessonView, render_lessons, solver_messages
+from arena.tasks.extract import extract_answer
+from arena.stats import paired_difference_interval
+from arena.tasks.core import Task, score
+from lessons.library.curation import Provenance
+from lessons.ops import GLOBAL_SCOPE, normalise_scope
+from lessons.library.retrieval import rank_lessons
+from lessons.library.store import PASS_THRESHOLD, LessonInfo, LessonStore
+
+
+@dataclass(frozen=True)
+class UtilitySettings:
+    """How each A/B is run (a slice of the session config)."""
+
+    every: int = 0  # run after every N episodes of the session; 0 disables
+    lessons: int = 4  # lessons measured per check
+    tasks: int = 4  # train tasks per lesson
+    samples: int = 4  # samples per task and arm
+    lesson_tokens: int = 512  # the solver's lessons budget (as in episodes)
+    temperature: float = 0.8
+    max_tokens: int = 96
+
+
+@dataclass(frozen=True)
+class UtilityResult:
+    """One lesson's A/B."""
+
+    lesson_id: str
+    n: int  # paired samples
+    pass_with: float
+    pass_without: float
+    effect: float  # pass_with − pass_without
+    ci: tuple[float, float]  # 95%, Newcombe paired
+    task_keys: list[str]
+
+
+def measure_lesson(
+    store: LessonStore,
+    solver: Policy,
+    lesson: LessonInfo,
+    tasks: Sequence[Task],
+    settings: UtilitySettings,
+    seed: int,
+) -> UtilityResult:
+    """Run the A/B of one lesson on ``tasks`` (see the module docstring).
+
+    Args:
+        store: the library (for each task's other retrieved lessons).
+        solver: the solver policy.
+        lesson: the lesson under test.
+        tasks: train tasks of the lesson's family (any family for a global lesson), ≥ 1.
+        settings: samples per task, temperature, token budgets.
+        seed: base seed; task i uses ``seed + i`` in both arms.
+
+    Returns:
+        The :class:`UtilityResult`.
+
+    Raises:
+        ValueError: no tasks.
+    """
+    if not tasks:
+        raise ValueError("a utility A/B needs at least one task")
+    target = LessonView(lesson.lesson_id, lesson.text)
+    with_pass: list[bool] = []
+    without_pass: list[bool] = []
+    for i, task in enumerate(tasks):
+        others = [
+            LessonView(r.lesson.lesson_id, r.lesson.text)
+            for r in rank_lessons(store, task.family, task.question, exclude={lesson.lesson_id})
+        ]
+        section_with, _ = render_lessons([target, *others], settings.lesson_tokens, solver.count_tokens)
+        section_without, _ = render_lessons(others, settings.lesson_tokens, solver.count_tokens)
+        for section, outcomes in ((section_with, with_pass), (section_without, without_pass)):
+            outs = solver.sample(
+                solver_messages(task.question, section),
+                n=settings.samples,
+                temperature=settings.temperature,
+                max_tokens=settings.max_tokens,
+                seed=seed + i,
+            )
+            outcomes += [score(task, extract_answer(o.text)) >= PASS_THRESHOLD for o in outs]
+    effect, lo, hi = paired_difference_interval(with_pass, without_pass)
+    n = len(with_pass)
+    return UtilityResult(
+        lesson_id=lesson.lesson_id,
+        n=n,
+        pass_with=sum(with_pass) / n,
+        pass_without=sum(without_pass) / n,
+        effect=effect,
+        ci=(lo, hi),
+        task_keys=[t.task_key for t in tasks],
+    )
+
+
+def choose_lessons(store: LessonStore, families: Sequence[str], limit: int) -> list[LessonInfo]:
+    """Live lessons of these families (and global ones) to measure: never measured first, then most used."""
+    pool = {les.lesson_id: les for fam in families for les in store.live_lessons(fam)}
+    ranked = sorted(pool.values(), key=lambda les: (les.utility_n > 0, -les.times_in_context, les.lesson_id))
+    return ranked[:limit]
+
+
+def run_utility_check(
+    store: LessonStore,
+    solver: Policy,
+    session_id: int,
+    train_tasks: Sequence[Task],
+    after_episodes: int,
+    settings: UtilitySettings,
+    seed: int,
+) -> list[UtilityResult]:
+    """One periodic check: measure up to ``settings.lessons`` lessons and store each result.
+
+    Tasks for a lesson are drawn (seeded by ``seed`` and ``after_episodes``) from the train
+    tasks of its family, or from all train tasks for a global lesson; a lesson with no such
+    task is skipped. Each result is stored with :meth:`lessons.library.curation.Curator.record_utility`
+    in its own transaction, so an interruption loses at most the lesson in progress.
+
+    Returns:
+        The results, in the order measured.
+    """
+    rng = random.Random(f"{seed}:{after_episodes}")
+    families = sorted({t.family for t in train_tasks})
+    results = []
+    for les in choose_lessons(store, families, settings.lessons):
+        pool = [t for t in train_tasks if les.scope in (GLOBAL_SCOPE, normalise_scope(t.family))]
+        if not pool:
+            continue
+        tasks = rng.sample(pool, min(settings.tasks, len(pool)))
+        res = measure_lesson(store, solver, les, tasks, settings, seed=rng.randrange(2**31))
+        with store.curate() as c:
+            c.record_utility(
+                les.lesson_id,
+                n=res.n,
+                pass_with=res.pass_with,
+                pass_without=res.pass_without,
+                ci=res.ci,
+                task_keys=res.task_keys,
+                session_id=session_id,
+                after_episodes=after_episodes,
+                prov=Provenance(origin={"by": "utility", "after_episodes": after_episodes}),
+            )
+        results.append(res)
+    return results
+
+
+def maybe_check_utility(
+    store: LessonStore,
+    solver: Policy,
+    session_id: int,
+    train_tasks: Sequence[Task],
+    settings: UtilitySettings,
+    seed: int,
+) -> list[UtilityResult]:
+    """Run :func:`run_utility_check` when the session's episode count is a multiple of ``settings.every``.
+
+    Called after each episode. A check already stored for this count (e.g. before a
+    resume) is not run again. Returns the results ([] when no check ran).
+    """
+    if settings.every <= 0:
+        return []
+    done = len(store.finished_episode_keys(session_id))
+    if done == 0 or done % settings.every or done in store.utility_checks(session_id):
+        return []
+    return run_utility_check(store, solver, session_id, train_tasks, done, settings, seed)

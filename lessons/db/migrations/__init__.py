@@ -1,0 +1,1 @@
+"""Alembic environment and revisions of the lesson library (see :func:`lessons.db.schema.alembic_config`)."""

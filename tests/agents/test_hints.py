@@ -1,0 +1,191 @@
+"""Hints and guided re-attempts for all-fail groups (Guide, Agent-RLVR, STaR), with fake policies."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from agents.backends.fake import FakePolicy
+from agents.roles.hints import FailedAttempt, HintModeError, feedback_hint, parse_hint_modes, write_hint
+from arena.config import SessionConfig
+from arena.episode.graph import EpisodeSettings, Roles, build_episode_graph
+from arena.session.runner import run_session
+from arena.tasks.core import load_tasks
+from lessons.db.schema import RolloutRow
+from lessons.library.store import LessonStore
+
+
+def write_tasks(path, n=8):
+    rows = [{"question": f"Compute {10 + i} plus {20 + 2 * i}.", "answer": str(30 + 3 * i), "family": "adding"} for i in range(n)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def numbers(messages):
+    return list(map(int, re.findall(r"\d+", messages[-1]["content"].split("\n")[0])))
+
+
+def solver(solvable_unguided: set[int]):
+    """Solves a task unguided only when its first number is in ``solvable_unguided``; with a hint, always."""
+
+    def respond(messages, i):
+        a, b = numbers(messages)
+        guided = "Hint:" in messages[-1]["content"]
+        right = guided or (a in solvable_unguided and i == 0)
+        return f"<answer>{a + b if right else a + b + 7}</answer>"
+
+    return respond
+
+
+def teacher(messages, i):
+    if messages[0]["content"].startswith("You are a teacher. A student failed"):  # plan request
+        return "Add the tens, then the ones, and check the carry."
+    return json.dumps({"analysis": "x", "add": [], "tags": []})
+
+
+@pytest.fixture
+def env(tmp_path):
+    store = LessonStore(str(tmp_path / "a.db"))
+    splits = load_tasks([], write_tasks(tmp_path / "adding.jsonl"), n_train=3, n_heldout=3, seed=0)
+    cfg = SessionConfig(db=str(tmp_path / "a.db"), families=[], tasks_file=tmp_path / "adding.jsonl",
+                        train_tasks=3, heldout_tasks=3, rounds=2, rollouts=4, hint_modes=["plan", "feedback"])
+    yield store, splits, cfg
+    store.close()
+
+
+def rollouts(db_path):
+    engine = create_engine(f"sqlite:///{db_path}")
+    with Session(engine) as s:
+        rows = s.scalars(select(RolloutRow).order_by(RolloutRow.id)).all()
+        out = [(r.guided, r.hint_id, r.messages, r.unguided_messages, r.reward, r.episode_id) for r in rows]
+    engine.dispose()
+    return out
+
+
+def test_all_fail_groups_go_guided_mixed_groups_do_not(env, tmp_path):
+    store, splits, cfg = env
+    first = numbers([{"content": splits.train[0].question}])[0]
+    summary = run_session(cfg, store, Roles(FakePolicy(solver({first})), FakePolicy(teacher)), splits, "h",
+                          checkpointer=InMemorySaver())
+    # task 0 is solved unguided (1 of 4) in both rounds; tasks 1 and 2 fail and get guided
+    assert summary["all_fail_groups"] == 4 and summary["guided_groups"] == 4
+    assert summary["guided_success_rate"] == 1.0
+    assert summary["pass_at_k_unguided"] == pytest.approx(2 / 6, abs=1e-4)
+    assert summary["pass_at_k_with_hints"] == 1.0
+    assert summary["rollouts"] == 6 * 4 + 4 * 4
+    rows = rollouts(tmp_path / "a.db")
+    guided = [r for r in rows if r[0]]
+    assert len(guided) == 16
+    for is_guided, hint_id, messages, unguided, reward, _ in guided:
+        assert hint_id is not None and reward == 1.0
+        assert "Hint:\n" in messages[-1]["content"]
+        # the unguided context is the same chat without the hint, lessons and all
+        assert unguided[:-1] == messages[:-1]
+        assert messages[-1]["content"].startswith(unguided[-1]["content"] + "\n\nHint:\n")
+    assert all(r[3] is None and r[1] is None for r in rows if not r[0])
+
+
+def test_hints_are_reused_in_later_rounds(env):
+    store, splits, cfg = env
+    run_session(cfg, store, Roles(FakePolicy(solver(set())), FakePolicy(teacher)), splits, "h",
+                checkpointer=InMemorySaver())
+    hints = store.hints()
+    assert len(hints) == 3  # one per train task, written in round 1, reused in round 2
+    for h in hints:
+        assert h.times_used == 2 and h.successes == 2
+        assert h.mode == "plan+feedback"
+        assert "Add the tens" in h.text and "Feedback on earlier attempts" in h.text
+        assert len(h.source_rollout_ids) == 4
+
+
+def test_a_hint_that_keeps_failing_is_replaced(env):
+    store, splits, cfg = env
+    cfg = cfg.model_copy(update={"rounds": 3, "train_tasks": 1})
+    never = FakePolicy(lambda m, i: "<answer>-1</answer>")
+    run_session(cfg, store, Roles(never, FakePolicy(teacher)), load_tasks([], cfg.tasks_file, 1, 1, 0), "h",
+                checkpointer=InMemorySaver())
+    hints = store.hints()
+    assert [(h.times_used, h.successes) for h in hints] == [(2, 0), (1, 0)]
+
+
+def test_plan_that_states_the_answer_is_rejected_and_regenerated():
+    replies = iter(["Just write 57.", "The sum is 57, so write that.", "Add tens first, then ones."])
+    t = FakePolicy(lambda m, i: next(replies))
+    failed = [FailedAttempt("<answer>50</answer>", "50", "answer '50' is incorrect")]
+    hint = write_hint(t, ("plan",), "What is 43 + 14?", failed, "57")
+    assert hint.text == "Add tens first, then ones." and hint.mode == "plan"
+    assert len(hint.rejected) == 2 and all("reference answer" in r for r in hint.rejected)
+    assert len(t.calls) == 3
+
+
+def test_plan_that_always_leaks_is_dropped_and_other_parts_remain():
+    t = FakePolicy(lambda m, i: "It is 57.")
+    failed = [FailedAttempt("<answer>50</answer>", "50", "answer '50' is incorrect")]
+    hint = write_hint(t, ("plan", "feedback"), "What is 43 + 14?", failed, "57")
+    assert hint.mode == "feedback" and "57" not in hint.text
+    assert write_hint(t, ("plan",), "What is 43 + 14?", failed, "57") is None
+
+
+def test_feedback_drops_a_line_that_would_reveal_the_answer():
+    failed = [
+        FailedAttempt("x", "50", "answer '50' is incorrect"),
+        FailedAttempt("y", "56", "answer '56' is incorrect; the critic says it should be 57"),
+        FailedAttempt("z", None, "no answer found: end with <answer>…</answer>"),
+    ]
+    text, rejected = feedback_hint(failed, "57")
+    assert "'50'" in text and "gave no answer" in text and "57" not in text
+    assert len(rejected) == 1
+
+
+def test_answer_mode_is_star_rationalization():
+    hint = write_hint(FakePolicy(lambda m, i: ""), ("answer",), "What is 43 + 14?", [], "57")
+    assert hint.mode == "answer" and "57" in hint.text and "<answer>57</answer>" in hint.text
+
+
+def test_parse_hint_modes():
+    assert parse_hint_modes(["answer", "plan,feedback"]) == ("plan", "feedback", "answer")
+    assert parse_hint_modes(["none"]) == ()
+    with pytest.raises(HintModeError, match="unknown hint mode 'hints'"):
+        parse_hint_modes(["hints"])
+
+
+def test_heldout_tasks_are_never_guided(env):
+    store, splits, cfg = env
+    sid = store.create_session("h", cfg.model_dump(mode="json"), 0)
+    store.upsert_tasks(sid, [*splits.train, *splits.heldout])
+    graph = build_episode_graph(
+        Roles(FakePolicy(solver(set())), FakePolicy(teacher)), store,
+        {t.task_key: t for t in [*splits.train, *splits.heldout]},
+        EpisodeSettings(rollouts=4, hint_modes=("answer",)), InMemorySaver(),
+    )
+    task = splits.heldout[0]
+    final = graph.invoke({"session_id": sid, "episode_key": "e1", "round": 1, "task_key": task.task_key, "seed": 1},
+                         {"configurable": {"thread_id": "x"}})
+    assert max(g["reward"] for g in final["grades"]) == 0.0
+    assert not final.get("hint") and not final.get("guided_completions")
+    assert store.hints() == []
+
+
+def test_a_whole_session_never_guides_or_reflects_on_heldout_tasks(env):
+    store, splits, cfg = env
+    t = FakePolicy(teacher)
+    run_session(cfg, store, Roles(FakePolicy(solver(set())), t), splits, "h2", checkpointer=InMemorySaver())
+    heldout_questions = {task.question for task in splits.heldout}
+    assert all(h.task_key.split("/")[1] == "train" for h in store.hints())
+    for msgs, _ in t.calls:
+        assert not any(q in m["content"] for m in msgs for q in heldout_questions)
+
+
+def test_bad_hint_mode_flag_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "arena.cli", "run", "--db", str(tmp_path / "x.db"), "--hint-mode", "hints"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert "--hint-mode: unknown hint mode 'hints'" in p.stderr

@@ -1,0 +1,87 @@
+"""The local backend's batching, padding, dtype and log-prob logic on a tiny random Llama, on CPU and CUDA.
+
+The tiny model has SmolLM2's tokenizer and architecture family but 2 layers of width 64, so
+these run in seconds everywhere; the CUDA case runs where a GPU is present (bf16) and is
+skipped cleanly on CPU-only machines. Weights are drawn with a large init scale so greedy
+argmaxes are well separated (a near-uniform random model would make greedy ties flip on
+rounding noise).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.backends.local import LocalPolicy, converted_model_dir
+from agents.roles.solver import solver_messages
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+def _tokenizer_dir() -> Path:
+    env = os.environ.get("ARENA_TEST_TOKENIZER_DIR")
+    if env:
+        return Path(env)
+    from agents.backends.local import ensure_converted
+
+    ensure_converted()
+    return converted_model_dir()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tok = AutoTokenizer.from_pretrained(_tokenizer_dir())
+    tok.save_pretrained(out)
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True, initializer_range=0.5,
+        bos_token_id=1, eos_token_id=2, pad_token_id=2,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def tiny(request, tiny_dir):
+    policy = LocalPolicy(model_dir=tiny_dir, device=request.param)
+    policy.load()
+    return policy
+
+
+def test_dtype_follows_the_device(tiny):
+    dtype = next(tiny.model.parameters()).dtype
+    assert dtype == (torch.bfloat16 if tiny.device.startswith("cuda") else torch.float32)
+    assert tiny.tokenizer.pad_token_id != tiny.eos_token_id and tiny.tokenizer.padding_side == "left"
+
+
+def test_group_is_one_batch_with_per_row_lengths(tiny):
+    outs = tiny.sample(solver_messages("What is 2 + 2?"), n=6, temperature=1.0, max_tokens=12, seed=1)
+    assert len(outs) == 6
+    for o in outs:
+        assert 0 < len(o.token_ids) <= 12 and len(o.logprobs) == len(o.token_ids)
+        assert tiny.tokenizer.pad_token_id not in o.token_ids and tiny.eos_token_id not in o.token_ids
+
+
+def test_batched_greedy_equals_sequential_for_mixed_prompt_lengths(tiny):
+    chats = [solver_messages(q) for q in ("Hi.", "What is 17 - 5 + 3 - 9? Explain every step carefully.", "Name a prime.")]
+    batched = tiny.sample_batch(chats, temperature=0.0, max_tokens=16)
+    single = [tiny.sample(c, n=1, temperature=0.0, max_tokens=16)[0] for c in chats]
+    assert [b.token_ids for b in batched] == [s.token_ids for s in single]
+
+
+def test_teacher_forced_logprobs_match_sampling_logprobs(tiny):
+    chat = solver_messages("Count to three.")
+    tol = 0.05 if tiny.device.startswith("cuda") else 1e-3  # bf16 on CUDA, fp32 on CPU
+    for o in tiny.sample(chat, n=3, temperature=1.0, max_tokens=10, seed=7):
+        forced = tiny.token_logprobs(chat, o.token_ids)
+        assert len(forced) == len(o.token_ids)
+        assert math.isclose(float(forced.sum()), sum(o.logprobs), abs_tol=tol * len(forced))

@@ -1,0 +1,185 @@
+"""Bad input to `arena run`: one line on stderr, exit code 2, no traceback, nothing stored is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from lessons.library.store import LessonStore
+
+
+def arena(*args, env=None, cwd=None):
+    e = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True,
+                          env=e, cwd=cwd, timeout=120)
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("arena: error: ")
+    assert "Traceback" not in proc.stderr
+    for f in fragments:
+        assert f in lines[0], lines[0]
+    assert proc.stdout == ""
+
+
+@pytest.fixture
+def existing_db(tmp_path):
+    """A library that already holds a session; every failing command must leave it as it was."""
+    path = tmp_path / "arena.db"
+    store = LessonStore(str(path))
+    store.create_session("kept", {"note": "must survive"}, 7)
+    store.close()
+    yield path
+    s = LessonStore(str(path))
+    try:
+        info = s.get_session("kept")
+        assert info is not None and info.config == {"note": "must survive"}
+        with sqlite3.connect(path) as c:
+            assert c.execute("select count(*) from sessions").fetchone()[0] == 1
+    finally:
+        s.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unknown_family_suggests_close_names(existing_db):
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--family", "chian_sum"), "chian_sum", "chain_sum")
+
+
+def test_bad_override_key(existing_db):
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--family", "chain_sum:min_term=2"), "min_term", "min_terms")
+
+
+def test_unreadable_task_file(existing_db, tmp_path):
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--tasks-file", str(tmp_path / "missing.jsonl")),
+                          "missing.jsonl")
+
+
+def test_bad_task_line_names_the_line(existing_db, tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_text(json.dumps({"question": "q1", "answer": "1"}) + "\n" + '{"question": "q2"}\n')
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--tasks-file", str(f)), "t.jsonl:2")
+
+
+def test_unwritable_database_path(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    assert_one_line_error(arena("run", "--db", str(blocker / "arena.db"), "--family", "chain_sum"), "cannot open database")
+
+
+def test_unreachable_endpoint(existing_db):
+    env = {"OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1", "OPENAI_API_KEY": "x"}
+    proc = arena("run", "--db", str(existing_db), "--solver", "openai:some-model", "--teacher", "openai:some-model", env=env)
+    assert_one_line_error(proc, "cannot reach")
+
+
+def test_invalid_flag_combination(existing_db):
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--rollouts", "1"), "--rollouts", "rollouts must be >= 2")
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--solver", "gpt4"), "--solver")
+
+
+def test_existing_session_name_and_unknown_resume(existing_db):
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--session", "kept"), "already exists", "--resume kept")
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--resume", "nope"), "no session named 'nope'")
+
+
+def test_not_a_database(tmp_path):
+    f = tmp_path / "junk.db"
+    f.write_bytes(os.urandom(4096))
+    before = f.read_bytes()
+    assert_one_line_error(arena("run", "--db", str(f)))
+    assert f.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--seed", str(2**63)], "seed must be in [0, 2^32)"),
+        (["--temperature", "0"], "temperature must be in (0, 5]"),
+        (["--rollouts", "100000"], "rollouts must be <= 256"),
+        (["--max-tokens", "100000"], "max tokens must be in [1, 4096]"),
+        (["--rounds", "abc"], "Invalid value for '--rounds'"),
+        (["--bogus"], "No such option"),
+    ],
+)
+def test_out_of_range_and_unparsable_flags(existing_db, args, fragment):
+    assert_one_line_error(arena("run", "--db", str(existing_db), *args), fragment)
+
+
+def test_in_memory_database_is_refused():
+    assert_one_line_error(arena("run", "--db", ""), "in-memory database")
+    assert_one_line_error(arena("run", "--db", "sqlite://"), "in-memory database")
+
+
+# ---------------------------------------------------------------- wake–sleep cycles: bad input
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--cycles", "0"], ["--cycles", "[1, 100]"]),
+    (["--cycles", "-3"], ["--cycles"]),
+    (["--sleep-objective", "magic"], ["--sleep-objective", "distill, sft"]),
+    (["--cycles", "2", "--solver", "openai:m"], ["local solver", "--solver openai:m"]),
+    (["--sleep-objective", "sft", "--sleep-from", "previous"], ["--sleep-from previous", "previous adapter"]),
+    (["--cycles", "2", "--train-tasks", "1", "--rollouts", "2", "--rounds", "1"],
+     ["a cycle samples 2 rollouts", "16 examples a sleep needs"]),
+    (["--cycles", "2", "--sleep-epochs", "nan"], ["--sleep-epochs"]),
+    (["--cycles", "2", "--sleep-min-guided-log-ratio", "0.5"], ["--sleep-min-guided-log-ratio", "<= 0"]),
+])
+def test_bad_cycle_settings_are_one_line_and_store_nothing(existing_db, args, fragments):
+    assert_one_line_error(arena("run", "--db", str(existing_db), *args), *fragments)
+
+
+def test_bench_learning_bad_input_is_one_line(tmp_path):
+    assert_one_line_error(arena("bench", "learning", "--out", str(tmp_path / "o"), "--condition", "nope"),
+                          "unknown condition 'nope'")
+    assert_one_line_error(arena("bench", "learning", "--out", str(tmp_path / "o"), "--train-tasks", "0"),
+                          "--train-tasks must be >= 1")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "base.db").write_text("")
+    assert_one_line_error(arena("bench", "learning", "--out", str(taken), "--condition", "base"),
+                          "exists from an earlier run")
+    assert (taken / "base.db").read_text() == ""  # nothing overwritten
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--sleep-from", "previous"], ["--sleep-from previous needs a sleep"]),  # one cycle, no objective: no sleep at all
+    (["--sleep-lr", "0"], ["--sleep-lr", "(0, 1]"]),  # checked even when no sleep runs
+    (["--sleep-epochs", "inf"], ["--sleep-epochs"]),
+])
+def test_sleep_flags_are_checked_even_without_a_sleep(existing_db, args, fragments):
+    assert_one_line_error(arena("run", "--db", str(existing_db), *args), *fragments)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--sleep-lr", "0"], "--sleep-lr must be in (0, 1]"),
+    (["--cycles", "101"], "--cycles must be <= 20"),
+])
+def test_bench_learning_checks_every_setting_before_running(tmp_path, args, fragment):
+    out = tmp_path / "o"
+    assert_one_line_error(arena("bench", "learning", "--out", str(out), *args), fragment)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_bench_learning_refuses_an_out_of_an_earlier_run_whatever_its_conditions(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "sft.db").write_text("")
+    assert_one_line_error(arena("bench", "learning", "--out", str(out), "--condition", "base"), "sft.db exists")
+    (out / "sft.db").unlink()
+    (out / "learning.json").write_text("{}")
+    assert_one_line_error(arena("bench", "learning", "--out", str(out), "--condition", "base"), "learning.json exists")
+    assert (out / "learning.json").read_text() == "{}"

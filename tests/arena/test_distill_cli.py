@@ -1,0 +1,249 @@
+"""`arena distill` / `arena eval` end to end on a tiny random Llama, and their bad-input errors.
+
+The library holds a hand-made session (real chain_sum tasks, rollouts whose token ids come
+from the SmolLM2 tokenizer), so the whole pipeline runs — data, held-out evaluation of the
+four conditions, training, atomic save, reload from disk, registration — in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.roles.solver import LessonView, render_lessons, solver_messages
+from arena.config import SessionConfig
+from arena.tasks.core import load_tasks
+from lessons.ops import AddOp, Reflection
+from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
+from tests.arena.test_distill import make_tiny
+
+LESSON = "Add the numbers from left to right, keeping the sign of each term."
+
+
+def arena(*args, cwd=None):
+    """`arena ARGS` in a fresh process (what a user runs)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=300)
+
+
+@pytest.fixture
+def arena_inproc(capfd, monkeypatch):
+    """`arena ARGS` through the console-script entry point in this process (no import cost per call)."""
+    from arena import cli
+
+    def run(*args):
+        capfd.readouterr()  # drop what the test itself printed before
+        monkeypatch.setattr(sys, "argv", ["arena", *args])
+        with pytest.raises(SystemExit) as exc:
+            cli.main()
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(args, exc.value.code, out, err)
+
+    return run
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("arena: error: ") and "Traceback" not in proc.stderr
+    for f in fragments:
+        assert f in lines[0], lines[0]
+    assert proc.stdout == ""
+
+
+def make_session(db: Path, tiny: Path, name: str = "demo", successes: bool = True) -> None:
+    """A finished-looking session: 2 train tasks (one episode each), 4 held-out tasks, one lesson."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    cfg = SessionConfig(db=str(db), train_tasks=2, heldout_tasks=4, session=name)
+    splits = load_tasks(cfg.families, None, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
+    store = LessonStore(str(db))
+    sid = store.create_session(name, cfg.model_dump(mode="json"), 0)
+    store.upsert_tasks(sid, [*splits.train, *splits.heldout])
+    for i, task in enumerate(splits.train):
+        lesson_ids = [les.lesson_id for les in store.live_lessons(task.family)]
+        section = render_lessons([LessonView(lid, LESSON) for lid in lesson_ids], 512, lambda s: len(s.split()))[0]
+        msgs = solver_messages(task.question, section)
+        good = tok(f"<answer>{task.answer}</answer>", add_special_tokens=False)["input_ids"]
+        bad = tok("<answer>0</answer>", add_special_tokens=False)["input_ids"]
+        guided = [dict(m) for m in msgs]
+        guided[-1]["content"] += f"\n\nHint:\nThe answer is {task.answer}."
+
+        def roll(idx, ids, reward, is_guided=False, msgs=msgs, guided=guided):
+            return RolloutRecord(idx, guided if is_guided else msgs, tok.decode(ids), None, reward, "c", 50, len(ids),
+                                 "stop", 0.1, guided=is_guided, token_ids=ids, logprobs=[-0.5] * len(ids),
+                                 unguided_messages=msgs if is_guided else None)
+
+        rollouts = [roll(0, good if successes else bad, 1.0 if successes else 0.0), roll(1, bad, 0.0),
+                    roll(2, good if successes else bad, 1.0 if successes else 0.0, True)]
+        refl = Reflection(analysis="a", add=[AddOp(text=LESSON, scope=task.family, rationale="r")]) if i == 0 else None
+        store.record_episode(EpisodeRecord(sid, f"r001-{task.task_key}", 1, task.task_key, msgs[0]["content"],
+                                           lesson_ids, rollouts, refl))
+    store.set_session_status(sid, "finished")
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def db(tmp_path, tiny):
+    path = tmp_path / "arena.db"
+    make_session(path, tiny)
+    return path
+
+
+def test_distill_then_eval_end_to_end(db, tiny, tmp_path, arena_inproc):
+    # the tiny random model finds every hand-made guided completion implausible without its hint; keep them
+    # here (the screen has its own tests) so both kinds of example go through the pipeline
+    proc = arena("distill", "--db", str(db), "--base-model", str(tiny), "--steps", "3", "--eval-max-tokens", "4",
+                 "--min-guided-log-ratio=-inf", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["adapter_id"] == "adapter-0001" and out["session"] == "demo" and out["objective"] == "distill"
+    path = Path(out["adapter_path"])
+    assert path == (tmp_path / "adapters" / "adapter-0001")
+    assert {"adapter_config.json", "adapter_model.safetensors", "arena_adapter.json"} <= {p.name for p in path.iterdir()}
+    assert out["train"]["steps"] == 3 and out["train"]["tokens"] > 0 and out["train"]["tokens_per_s"] > 0
+    assert isinstance(out["train"]["final_loss"], float)
+    # 2 unguided successes (context distillation) and 2 guided successes (importance-weighted)
+    assert out["data"]["by_kind"] == {"context": 2, "guided": 2, "sft": 0} and out["data"]["weighted_examples"] == 2
+    assert set(out["eval"]) == {"base", "base_lessons", "adapter", "adapter_lessons"}
+    for e in out["eval"].values():
+        assert set(e) >= {"pass_at_1", "n", "ci95"} and e["n"] == 4 and 0 <= e["ci95"][0] <= e["pass_at_1"] <= e["ci95"][1]
+    assert out["in_context"] == ["chain_sum-00001"]  # the second episode had the lesson in its prompt
+    sidecar = json.loads((path / "arena_adapter.json").read_text())
+    assert sidecar["adapter_id"] == "adapter-0001" and sidecar["eval"]["adapter"] == out["eval"]["adapter"]
+    assert sidecar["data"]["rollout_ids"] and sidecar["metrics"]["steps"] == 3
+
+    with sqlite3.connect(db) as c:
+        row = c.execute("select adapter_id, objective, path from adapters").fetchall()
+        assert row == [("adapter-0001", "distill", str(path))]
+        edges = c.execute("select relation from adapter_lessons order by id").fetchall()
+    # The rule: distilled when the lesson helped (base + lessons > base) and the adapter's pass@1 without
+    # the lesson >= the low end of base + lessons' CI (the lesson is shown on every held-out task here).
+    b, bl, ad = out["eval"]["base"], out["eval"]["base_lessons"], out["eval"]["adapter"]
+    expect_distilled = bl["pass_at_1"] > b["pass_at_1"] and ad["pass_at_1"] >= bl["ci95"][0]
+    assert (out["distilled"] == ["chain_sum-00001"]) == expect_distilled
+    assert [e[0] for e in edges] == ["in_context"] + (["distilled"] if expect_distilled else [])
+
+    proc = arena_inproc("eval", "--db", str(db), "--adapter", "adapter-0001", "--base-model", str(tiny),
+                        "--max-tokens", "4", "--json")
+    assert proc.returncode == 0, proc.stderr
+    ev = json.loads(proc.stdout)
+    assert ev["adapter_id"] == "adapter-0001" and set(ev["eval"]) == {"adapter", "adapter_lessons"}
+    assert ev["excluded_lessons"] == out["distilled"]
+    assert ev["eval"]["adapter"] == {k: out["eval"]["adapter"][k] for k in ev["eval"]["adapter"]}  # greedy: same figures
+
+    # a table without --json
+    proc = arena_inproc("eval", "--db", str(db), "--base-model", str(tiny), "--max-tokens", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert "base + lessons" in proc.stdout and "95% CI" in proc.stdout
+
+
+def test_sft_objective_uses_unguided_successes_only(db, tiny):
+    from arena.distill.pipeline import run_distill
+    from arena.distill.config import DistillConfig, TrainConfig
+
+    with LessonStore(str(db)) as store:
+        out = run_distill(store, str(db), "demo", DistillConfig(objective="sft", eval_max_tokens=2,
+                                                                train=TrainConfig(max_steps=1)), base_model=tiny)
+    assert out["data"]["by_kind"] == {"context": 0, "guided": 0, "sft": 2}
+    assert out["data"]["skipped"] == {"failed": 2, "guided_not_used": 2}
+
+
+def test_no_eligible_data_is_one_line_and_writes_nothing(tmp_path, tiny, arena_inproc):
+    db = tmp_path / "arena.db"
+    make_session(db, tiny, successes=False)
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--session", "demo")
+    assert_one_line_error(proc, "no eligible training data", "6 rollouts", "6 failed", "--success-threshold")
+    assert not (tmp_path / "adapters").exists()
+    with sqlite3.connect(db) as c:
+        assert c.execute("select count(*) from adapters").fetchone()[0] == 0
+
+
+def test_failed_registration_leaves_no_adapter_behind(db, tiny, tmp_path, monkeypatch):
+    from arena.distill.pipeline import run_distill
+    from lessons.library.adapters import AdapterStore
+    from arena.distill.config import DistillConfig, TrainConfig
+
+    def boom(self, rec):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(AdapterStore, "register_adapter", boom)
+    with LessonStore(str(db)) as store, pytest.raises(KeyboardInterrupt):
+        run_distill(store, str(db), "demo", DistillConfig(eval_max_tokens=2, train=TrainConfig(max_steps=1)),
+                    out_dir=tmp_path / "ad", base_model=tiny)
+    assert not (tmp_path / "ad").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".ad")]
+    with sqlite3.connect(db) as c:
+        assert c.execute("select count(*) from adapters").fetchone()[0] == 0
+        assert c.execute("select count(*) from lessons where status = 'distilled'").fetchone()[0] == 0
+
+
+def test_bad_adapters_and_inputs_are_one_line(db, tiny, tmp_path, arena_inproc):
+    arena = arena_inproc
+    proc = arena("eval", "--db", str(db), "--adapter", "adapter-0042", "--base-model", str(tiny))
+    assert_one_line_error(proc, "no adapter 'adapter-0042'")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (broken / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
+    proc = arena("eval", "--db", str(db), "--adapter", str(broken), "--base-model", str(tiny))
+    assert_one_line_error(proc, "corrupt adapter directory", "adapter_model.safetensors")
+    proc = arena("run", "--db", str(db), "--adapter", str(broken))
+    assert_one_line_error(proc, "corrupt adapter directory")
+    proc = arena("distill", "--db", str(tmp_path / "nope.db"))
+    assert_one_line_error(proc, "no database at")
+    assert not (tmp_path / "nope.db").exists()
+    proc = arena("distill", "--db", str(db), "--objective", "rl")
+    assert_one_line_error(proc, "objective")
+    proc = arena("distill", "--db", str(db), "--session", "ghost", "--base-model", str(tiny))
+    assert_one_line_error(proc, "no session named 'ghost'")
+    proc = arena("distill", "--db", str(db), "--rank", "0")
+    assert_one_line_error(proc, "rank")
+
+
+def test_adapter_for_another_base_model_is_refused(db, tiny, tmp_path, arena_inproc):
+    arena = arena_inproc
+    proc = arena("distill", "--db", str(db), "--base-model", str(tiny), "--steps", "1", "--eval-max-tokens", "2")
+    assert proc.returncode == 0, proc.stderr
+    for text in ("adapter-0001", "base + lessons", "adapter + remaining lessons", "95% CI", "distilled lessons:"):
+        assert text in proc.stdout
+    other = make_tiny(tmp_path / "other", seed=7)
+    proc = arena("eval", "--db", str(db), "--adapter", "adapter-0001", "--base-model", str(other))
+    assert_one_line_error(proc, "adapter-0001 was trained on base model", "use an adapter trained on this model")
+    proc = arena("run", "--db", str(db), "--adapter", "adapter-0001")  # the embedded model is another base too
+    assert_one_line_error(proc, "adapter-0001 was trained on base model")
+
+
+def test_adapter_goes_to_the_local_solver_only_and_its_distilled_lessons_leave_the_prompt(db, tmp_path):
+    from arena.session.runner import adapter_distilled_lessons, make_roles
+    from lessons.library.adapters import AdapterRecord, AdapterStore
+
+    cfg = SessionConfig(db=str(db), adapter=str(tmp_path / "ad"))
+    roles = make_roles(cfg)  # LocalPolicy loads lazily: nothing is loaded here
+    assert roles.solver.adapter == tmp_path / "ad" and roles.teacher.adapter is None
+    assert roles.solver is not roles.teacher
+    plain = make_roles(SessionConfig(db=str(db)))
+    assert plain.solver is plain.teacher and plain.solver.adapter is None  # one shared base model
+    with pytest.raises(ValueError, match="--adapter needs the local solver"):
+        SessionConfig(db=str(db), adapter="x", solver="openai:m")
+
+    with LessonStore(str(db)) as store:
+        assert adapter_distilled_lessons(store, None) == ()
+        assert adapter_distilled_lessons(store, str(tmp_path / "ad")) == ()  # unregistered: nothing distilled
+        AdapterStore(store).register_adapter(AdapterRecord(
+            "adapter-0001", str(tmp_path / "ad"), "fp", "distill", None, {}, {}, {}, {}, ["chain_sum-00001"],
+            {"chain_sum-00001": "kept"}))
+        assert adapter_distilled_lessons(store, str(tmp_path / "ad")) == ("chain_sum-00001",)

@@ -1,0 +1,224 @@
+"""The episode graph and the session runner with deterministic fake policies (no model)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from agents.backends.fake import FakePolicy
+from arena.config import SessionConfig
+from arena.episode.graph import EpisodeSettings, Roles, build_episode_graph
+from arena.session.runner import run_session
+from arena.tasks.core import load_tasks
+from lessons.library.store import LessonStore
+
+LESSON = "Add the ones digits first, then the tens, and carry when a column passes nine."
+
+
+def write_tasks(path, n=12):
+    lines = []
+    for i in range(n):
+        a, b = 10 + i, 20 + 2 * i
+        lines.append(json.dumps({"question": f"Compute {a} plus {b}.", "answer": str(a + b), "family": "adding"}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def solver_responder(messages, i):
+    """Rollouts 0 and 1 answer correctly, the rest are off by one; lessons never change that."""
+    a, b = map(int, re.findall(r"\d+", messages[-1]["content"]))
+    return f"{a} + {b} = {a + b}. <answer>{a + b if i < 2 else a + b + 1}</answer>"
+
+
+def teacher_responder(messages, i):
+    shown = re.findall(r"^- (\S+):", messages[-1]["content"], re.M)
+    return "```json\n" + json.dumps(
+        {
+            "analysis": "The correct attempts added column by column.",
+            "add": [{"text": LESSON, "scope": "adding"}],
+            "tags": [{"lesson_id": lid, "tag": "helpful"} for lid in shown],
+        }
+    ) + "\n```"
+
+
+@pytest.fixture
+def setup(tmp_path):
+    store = LessonStore(str(tmp_path / "arena.db"))
+    splits = load_tasks([], write_tasks(tmp_path / "adding.jsonl"), n_train=3, n_heldout=4, seed=1)
+    cfg = SessionConfig(db=str(tmp_path / "arena.db"), families=[], tasks_file=tmp_path / "adding.jsonl",
+                        train_tasks=3, heldout_tasks=4, rounds=2, rollouts=4,
+                        utility_every=0)  # the graph alone: no utility A/B samples among the solver's calls
+    yield store, splits, cfg
+    store.close()
+
+
+def test_session_records_groups_rewards_and_lessons(setup):
+    store, splits, cfg = setup
+    solver, teacher = FakePolicy(solver_responder, "solver"), FakePolicy(teacher_responder, "teacher")
+    summary = run_session(cfg, store, Roles(solver, teacher), splits, "s1", checkpointer=InMemorySaver())
+
+    assert summary["episodes"] == 6  # 2 rounds x 3 train tasks
+    assert summary["rollouts"] == 24
+    assert summary["mean_reward"] == pytest.approx(0.5)  # 2 of 4 rollouts correct in every group
+    assert summary["lessons_added"] == 1  # the same lesson proposed 6 times is one lesson, upvoted
+    assert summary["lessons_active"] == 1
+    # held-out: greedy sampling with the fake is rollout 0 → always correct
+    for name in ("heldout_before", "heldout_after", "heldout_after_no_lessons"):
+        assert summary[name]["pass_at_1"] == 1.0 and summary[name]["n"] == 4
+        lo, hi = summary[name]["ci95"]
+        assert 0.0 < lo < 1.0 and hi == 1.0
+    assert summary["rounds"][0]["pass_at_4"] == 1.0
+    assert summary["rounds"][0]["pass_at_1"] == pytest.approx(0.5)
+
+    # the lesson reached the solver's system prompt after it was written, inside the delimited section
+    prompts = [calls[0][0]["content"] for calls in solver.calls if calls[1] == 4]
+    assert LESSON not in prompts[0]
+    assert any("<lessons>\n1. " + LESSON in p for p in prompts[1:])
+    # the reference answer never reaches the solver
+    for msgs, _ in solver.calls:
+        q = msgs[-1]["content"]
+        a, b = map(int, re.findall(r"\d+", q))
+        assert str(a + b) not in " ".join(m["content"] for m in msgs)
+    lesson = store.active_lessons("adding")[0]
+    # added in round 1 (the library changes between rounds: every episode of a round sees it as the
+    # previous round left it), then shown in the 3 episodes of round 2 and tagged helpful each time
+    assert lesson.times_in_context == 3
+    assert all(LESSON not in p for p in prompts[:3]) and all(LESSON in p for p in prompts[3:])
+    assert [e.op for e in store.lesson_events(lesson.lesson_id)].count("UPVOTE") >= 5
+
+
+def test_malformed_teacher_reply_is_recorded_and_the_session_continues(setup):
+    store, splits, cfg = setup
+    cfg = cfg.model_copy(update={"rounds": 1})
+    replies = iter(["not json at all", '{"add": [{"text": 5}]}'] * 10)
+    teacher = FakePolicy(lambda m, i: next(replies), "teacher")
+    summary = run_session(cfg, store, Roles(FakePolicy(solver_responder), teacher), splits, "s2", checkpointer=InMemorySaver())
+    assert summary["episodes"] == 3
+    assert summary["lessons_added"] == 0
+    assert summary["reflections_failed"] == 3
+    # each reflection was tried twice: the retry shows the validation error to the model
+    assert len(teacher.calls) == 6
+    retry_msgs = teacher.calls[1][0]
+    assert retry_msgs[-2]["role"] == "assistant" and "could not be used" in retry_msgs[-1]["content"]
+
+
+def test_lesson_leaking_the_reference_answer_is_rejected(setup):
+    store, splits, cfg = setup
+    cfg = cfg.model_copy(update={"rounds": 1})
+
+    def leaky(messages, i):
+        a, b = map(int, re.findall(r"\d+", messages[-1]["content"].split("Attempts:")[0]))
+        return json.dumps({"add": [{"text": f"Remember {a + b} when adding these two."}]})
+
+    summary = run_session(cfg, store, Roles(FakePolicy(solver_responder), FakePolicy(leaky)), splits, "s3",
+                          checkpointer=InMemorySaver())
+    assert summary["lessons_added"] == 0
+    assert store.list_lessons() == []
+    assert summary["reflections_failed"] == 3  # each rejection is recorded on its episode
+
+
+class Crash(Exception):
+    pass
+
+
+def test_resume_continues_mid_episode_without_duplicates(setup, tmp_path):
+    store, splits, cfg = setup
+    cfg = cfg.model_copy(update={"rounds": 1, "concurrency": 1})  # one episode at a time: the crash stops episode 3
+    solver = FakePolicy(solver_responder, "solver")
+    calls = {"n": 0}
+
+    def flaky_teacher(messages, i):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second episode's reflection dies (process killed)
+            raise Crash()
+        return teacher_responder(messages, i)
+
+    conn = sqlite3.connect(str(tmp_path / "ckpt.sqlite"), check_same_thread=False)
+    with pytest.raises(Crash):
+        run_session(cfg, store, Roles(solver, FakePolicy(flaky_teacher)), splits, "s4", checkpointer=SqliteSaver(conn))
+    assert store.get_session("s4").status == "failed"
+    # episodes are curated (written) in task order after the whole round sampled: none is written yet,
+    # episode 1 waits at curate in its checkpoint
+    assert len(store.finished_episode_keys(store.get_session("s4").id)) == 0
+    groups_sampled = sum(1 for _, n in solver.calls if n == 4)
+    assert groups_sampled == 2
+
+    summary = run_session(cfg, store, Roles(solver, FakePolicy(flaky_teacher)), splits, "s4", resume=True,
+                          checkpointer=SqliteSaver(conn))
+    assert summary["episodes"] == 3 and summary["rollouts"] == 12
+    # the interrupted episode resumed after `grade`: its group was not sampled again
+    assert sum(1 for _, n in solver.calls if n == 4) == 3
+    assert store.get_session("s4").status == "finished"
+    conn.close()
+
+
+def test_graph_state_is_checkpointed_after_every_node(setup):
+    store, splits, cfg = setup
+    sid = store.create_session("s5", cfg.model_dump(mode="json"), 0)
+    store.upsert_tasks(sid, splits.train)
+    saver = InMemorySaver()
+    graph = build_episode_graph(
+        Roles(FakePolicy(solver_responder), FakePolicy(teacher_responder)),
+        store, {t.task_key: t for t in splits.train}, EpisodeSettings(rollouts=4), saver,
+    )
+    task = splits.train[0]
+    thread = {"configurable": {"thread_id": "t1"}}
+    final = graph.invoke({"session_id": sid, "episode_key": "r001-x", "round": 1, "task_key": task.task_key, "seed": 3}, thread)
+    assert [g["reward"] for g in final["grades"]] == [1.0, 1.0, 0.0, 0.0]
+    assert final["grades"][2]["critique"].startswith("answer ")
+    pending = [node for snap in graph.get_state_history(thread) for node in snap.next]
+    assert {"retrieve_lessons", "solve", "grade", "reflect", "curate"} <= set(pending)
+    # invoking the same episode again records nothing twice
+    again = graph.invoke({"session_id": sid, "episode_key": "r001-x", "round": 1, "task_key": task.task_key, "seed": 3},
+                         {"configurable": {"thread_id": "t2"}})
+    assert again["episode_id"] is None
+    assert store.session_stats(sid)["episodes"] == 1
+
+
+def test_a_task_too_long_for_the_solver_context_is_refused_before_any_work(setup):
+    from arena.config import ConfigError
+    from arena.session.runner import check_prompt_lengths
+
+    store, splits, cfg = setup
+    solver = FakePolicy(solver_responder)
+    solver.context_window = 60
+    check_prompt_lengths(solver, splits.train, cfg.model_copy(update={"lesson_tokens": 0, "max_tokens": 10}))
+    with pytest.raises(ConfigError, match=r"task adding/.* is too long for the solver: \d+ tokens .* context of 60"):
+        check_prompt_lengths(solver, splits.train, cfg.model_copy(update={"lesson_tokens": 40, "max_tokens": 10}))
+
+
+def test_resume_refuses_tasks_that_changed_and_ignores_stale_checkpoints(setup, tmp_path):
+    from lessons.library.store import StoreError
+
+    store, splits, cfg = setup
+    cfg = cfg.model_copy(update={"rounds": 1})
+    conn = sqlite3.connect(str(tmp_path / "ckpt.sqlite"), check_same_thread=False)
+    calls = {"n": 0}
+
+    def dies_once(messages, i):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise Crash()
+        return teacher_responder(messages, i)
+
+    with pytest.raises(Crash):
+        run_session(cfg, store, Roles(FakePolicy(solver_responder), FakePolicy(dies_once)), splits, "s6",
+                    checkpointer=SqliteSaver(conn))
+    edited = load_tasks([], write_tasks(tmp_path / "adding.jsonl", n=13), n_train=3, n_heldout=4, seed=1)
+    with pytest.raises(StoreError, match="tasks of session 's6' changed"):
+        run_session(cfg, store, Roles(FakePolicy(solver_responder), FakePolicy(teacher_responder)), edited, "s6",
+                    resume=True, checkpointer=SqliteSaver(conn))
+
+    # a new library with a session of the same name must not pick up the old checkpoint
+    other = LessonStore(str(tmp_path / "other.db"))
+    solver = FakePolicy(solver_responder)
+    summary = run_session(cfg, other, Roles(solver, FakePolicy(teacher_responder)), splits, "s6",
+                          checkpointer=SqliteSaver(conn))
+    assert summary["episodes"] == 3 and sum(1 for _, n in solver.calls if n == 4) == 3
+    other.close()
+    conn.close()

@@ -1,0 +1,75 @@
+"""`arena bench learning --quick` end to end on the real embedded model, and the pieces it is made of."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from PIL import Image
+
+from arena.bench.learning import CONDITIONS, LearningBenchConfig, LearningBenchError, oracle_examples, session_config
+
+
+def test_conditions_differ_only_in_what_they_learn_with(tmp_path):
+    bcfg = LearningBenchConfig()
+    cfgs = {c: session_config(c, bcfg, tmp_path / f"{c}.db") for c in ("lessons", "sft", "distill", "loop")}
+    for c in cfgs.values():  # same tasks, seeds and group size everywhere
+        assert (c.train_tasks, c.heldout_tasks, c.rollouts, c.seed, c.families) == (32, 128, 8, 0, [bcfg.family])
+    assert cfgs["lessons"].sleep is None and cfgs["lessons"].hint_modes == [] and cfgs["lessons"].rounds == 2
+    assert cfgs["sft"].sleep == "sft" and cfgs["sft"].hint_modes == [] and cfgs["sft"].lesson_tokens == 0
+    assert cfgs["distill"].sleep == "distill" and cfgs["distill"].lesson_tokens == 0 and cfgs["distill"].hint_modes
+    assert cfgs["loop"].sleep == "distill" and cfgs["loop"].lesson_tokens == 512 and cfgs["loop"].utility_every == 32
+    assert cfgs["loop"].reflect and cfgs["lessons"].reflect and not cfgs["sft"].reflect and not cfgs["distill"].reflect
+    for name in ("sft", "distill", "loop"):
+        assert cfgs[name].cycles == 2 and cfgs[name].sleep_steps == 40
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(LearningBenchError, match="unknown condition"):
+        LearningBenchConfig(conditions=["base", "magic"])
+    with pytest.raises(LearningBenchError, match="--cycles must be >= 1"):
+        LearningBenchConfig(cycles=0)
+
+
+def test_oracle_targets_are_worked_reference_answers():
+    from arena.tasks.core import Task
+
+    t = Task("chain_sum/train/00000", "chain_sum", "train", "State the final answer to the following arithmetic problem: 12 + 30 =", "42", "reasoning_gym")
+    (ex,) = oracle_examples([t], lambda s: list(range(len(s.split()))))
+    assert ex.kind == "sft" and ex.add_eos and ex.messages[-1]["content"].endswith(t.question)
+    assert len(ex.completion_ids) == len("We add the terms in order: 12 + 30 = 42. So the result is 42.\n<answer>42</answer>".split())
+
+
+@pytest.mark.slow
+def test_quick_bench_end_to_end(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, "-m", "arena.cli", "bench", "learning", "--quick", "--out", str(out), "--json"],
+                          capture_output=True, text=True, timeout=900, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert list(result["conditions"]) == list(CONDITIONS)
+    base = result["conditions"]["base"]
+    for name, c in result["conditions"].items():
+        h = c["heldout"]
+        assert h["n"] == 4 and 0 <= h["ci95"][0] <= h["pass_at_1"] <= h["ci95"][1] <= 1, name
+        assert set(c["sampled"]) >= {"pass_at_1", "pass_at_2", "n"} and c["sampled"]["n"] == 2
+        assert c["wall_s"] > 0 and c["error"] is None, (name, c["error"])
+        if name != "base":
+            v = c["vs_base"]
+            assert v["n"] == 4 and 0 <= v["p_value"] <= 1 and v["b_pass_at_1"] == base["heldout"]["pass_at_1"]
+    for name in ("lessons", "sft", "distill", "loop"):
+        c = result["conditions"][name]
+        assert c["rollouts"] >= 16  # 4 train tasks x k=4, plus guided ones where hints are on
+        assert c["curve"][0][0] == 0 and c["curve"][-1][0] == c["rollouts"]
+    for name in ("sft", "distill", "loop"):
+        assert result["conditions"][name]["adapters"] == ["adapter-0001"]
+        assert result["conditions"][name]["train_tokens"] > 0
+    assert result["conditions"]["oracle"]["ceiling"] is True and result["conditions"]["oracle"]["steps"] == 1
+    assert json.loads((out / "learning.json").read_text())["conditions"].keys() == result["conditions"].keys()
+    img = Image.open(out / "learning.png").convert("L")
+    assert img.size[0] > 400 and img.size[1] > 300
+    lo, hi = img.getextrema()
+    assert hi - lo > 100  # not a blank picture

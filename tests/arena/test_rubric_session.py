@@ -1,0 +1,241 @@
+"""Rubric rewards through the episode graph and the store, with scripted fake solver, judge and teacher."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+import pytest
+from alembic import command
+from langgraph.checkpoint.memory import InMemorySaver
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from agents.backends.fake import FakePolicy
+from arena.config import ConfigError, SessionConfig
+from arena.episode.graph import Roles
+from arena.session.online_rubrics import ONLINE_SYSTEM
+from arena.episode.rewards import check_reward_tasks
+from arena.session.runner import run_session
+from arena.tasks.core import load_tasks
+from lessons.db.schema import RolloutRow, alembic_config
+from lessons.library.rubrics import RubricStore, eligible_for_training, training_filter
+from lessons.library.store import LessonStore
+
+RUBRIC = [
+    {"title": "Mentions scattering", "description": "Essential Criteria: Says that sunlight is scattered by the air.", "weight": 5},
+    {"title": "Blue scatters more", "description": "Important Criteria: Says blue light is scattered more than red light.", "weight": 3},
+    {"title": "Ocean reflection", "description": "Pitfall Criteria: Claims the sky reflects the ocean.", "weight": -2},
+]
+GOOD = "Air molecules scatter the incoming sunlight in all directions, and blue light scatters more than red. <answer>blue</answer>"
+BARE = "<answer>Paris</answer>"  # no work; a lenient judge passes it anyway
+GARBLE = "GARBLE"  # the judge cannot grade this one
+BAD = "I do not know."
+RESPONSES = [GOOD, BARE, GARBLE, BAD]
+LESSON = "Name the physical process before giving the final answer."
+NEW_CRITERION = {"title": "Names wavelength", "description": "Important Criteria: Explains that blue light has a shorter wavelength.", "weight": 3}
+
+
+def write_tasks(path, n=4):
+    lines = [json.dumps({"question": f"Question {i}: why is the sky blue?", "family": "sky", "rubric": RUBRIC,
+                         "answer": "blue", "requires_work": True}) for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def solver(messages, i):
+    return RESPONSES[i % 4]
+
+
+def judge(messages, i):
+    """Explicit verdicts from the response: GOOD and BARE meet every positive criterion, BAD none; GARBLE is unparseable."""
+    prompt = next(m["content"] for m in reversed(messages) if "Student response:" in m["content"])
+    response = prompt.split("Student response:\n", 1)[1].rsplit("\nWrite the JSON object now.", 1)[0]
+    n = len(re.findall(r"^\d+\. ", prompt.split("Student response:")[0], re.M))
+    if GARBLE in response:
+        return "I cannot decide."
+    positive = response in (GOOD, BARE)
+    verdicts = []
+    for line in re.findall(r"^\d+\. (.*)$", prompt.split("Student response:")[0], re.M):
+        pitfall = "Pitfall Criteria" in line
+        verdicts.append({"id": len(verdicts) + 1, "met": (not pitfall) and positive, "reason": "scripted"})
+    assert len(verdicts) == n
+    return json.dumps({"verdicts": verdicts})
+
+
+def teacher(messages, i):
+    if messages[0]["content"] == ONLINE_SYSTEM:
+        return json.dumps({"analysis": "A names the process; B does not.", "criteria": [
+            NEW_CRITERION,
+            {"title": "Mentions scattering of light", "description": "Essential Criteria: Says sunlight is scattered by the air.", "weight": 5},
+        ]})
+    return json.dumps({"analysis": "The good attempt named the process.", "add": [{"text": LESSON, "scope": "sky"}], "tags": []})
+
+
+@pytest.fixture
+def setup(tmp_path):
+    path = write_tasks(tmp_path / "sky.jsonl")
+    store = LessonStore(str(tmp_path / "arena.db"))
+    splits = load_tasks([], path, n_train=2, n_heldout=2, seed=1)
+
+    def cfg(**kw):
+        base = dict(db=str(tmp_path / "arena.db"), families=[], tasks_file=path, train_tasks=2, heldout_tasks=2,
+                    rounds=2, rollouts=4, reward="rubric-explicit", critic="local", success_threshold=0.8)
+        base.update(kw)
+        return SessionConfig(**base)
+
+    yield store, splits, cfg
+    store.close()
+
+
+def roles():
+    return Roles(FakePolicy(solver, "solver"), FakePolicy(teacher, "teacher"), FakePolicy(judge, "judge"))
+
+
+def test_rubric_session_stores_verdicts_flags_and_ungraded(setup):
+    store, splits, cfg = setup
+    r = roles()
+    summary = run_session(cfg(), store, r, splits, "s1", checkpointer=InMemorySaver())
+    assert summary["episodes"] == 4 and summary["rollouts"] == 16
+    # rewards per group: GOOD 1.0, BARE 1.0, GARBLE ungraded (excluded), BAD 0.0
+    assert summary["mean_reward"] == round(2 / 3, 4)
+    assert summary["graded_rollouts"] == 12 and summary["ungraded_rollouts"] == 4
+    assert summary["flagged_rollouts"] == 4
+    assert summary["hack_flags"] == {"answer_without_work": 4, "verifier_disagrees": 4}
+    # pass@k over graded rollouts: pass@1 = 2/3 per group; pass@4 is undefined with 3 graded of 4 → no group counts
+    assert summary["rounds"][0]["pass_at_1"] == round(2 / 3, 4) and summary["rounds"][0]["pass_at_4"] == 0.0
+    # calibration per group: judge (1, 1, 0) vs verifier (1, 0, 0): accuracy 2/3; ECE = 2/3 * |1 - 1/2| = 1/3
+    cal = summary["critic_calibration"]
+    assert cal["sky"]["n"] == 12 and cal["sky"]["accuracy"] == pytest.approx(round(2 / 3, 4))
+    assert cal["sky"]["ece"] == pytest.approx(round(1 / 3, 4))
+    # held-out: the greedy fake answers GOOD → judged 1.0
+    assert summary["heldout_mean_reward"]["heldout_before"] == 1.0
+
+    rs = RubricStore(store)
+    sid = store.get_session("s1").id
+    rows = rs.session_rollouts(sid)
+    by_idx = {}
+    for row, _ in rows:
+        by_idx.setdefault(row.idx, []).append(row)
+    assert all(x.reward is None and x.grading_status == "ungraded" for x in by_idx[2])
+    assert all(x.hack_flags == ["verifier_disagrees", "answer_without_work"] for x in by_idx[1])
+    assert all(x.reward == 1.0 and x.hack_flags == [] and x.verifier_reward == 1.0 for x in by_idx[0])
+    assert all(x.reward_kind == "rubric-explicit" and x.rubric_id is not None for x, _ in rows)
+    verdicts = rs.verdicts(by_idx[3][0].id)
+    assert [(v.title, v.met) for v in verdicts] == [("Mentions scattering", False), ("Blue scatters more", False), ("Ocean reflection", False)]
+
+    # the teacher saw which criteria failed, and never the flagged or ungraded rollouts
+    reflect_prompts = [c[0][-1]["content"] for c in r.teacher.calls if c[0][0]["content"] != ONLINE_SYSTEM]
+    assert len(reflect_prompts) == 4
+    for p in reflect_prompts:
+        assert "failed criteria: Mentions scattering; Blue scatters more" in p
+        assert "failed criteria: none" in p
+        assert BARE not in p and GARBLE not in p
+
+    # distillation data: only graded, unflagged rollouts (GOOD and BAD of each group)
+    eligible = [x for x, _ in rows if eligible_for_training(x)]
+    assert sorted({x.idx for x in eligible}) == [0, 3] and len(eligible) == 8
+    assert len([x for x, _ in rows if eligible_for_training(x, include_flagged=True)]) == 12
+    engine = create_engine(store.url)
+    with Session(engine) as s:
+        assert s.scalar(select(RolloutRow.id).where(training_filter()).order_by(RolloutRow.id).limit(1)) is not None
+        assert len(s.scalars(select(RolloutRow.id).where(training_filter())).all()) == 8
+        assert len(s.scalars(select(RolloutRow.id).where(training_filter(include_flagged=True))).all()) == 12
+    engine.dispose()
+
+
+def test_include_flagged_lets_flagged_rollouts_reach_reflection(setup):
+    store, splits, cfg = setup
+    r = roles()
+    run_session(cfg(rounds=1, include_flagged=True), store, r, splits, "s2", checkpointer=InMemorySaver())
+    prompt = r.teacher.calls[0][0][-1]["content"]
+    assert json.dumps(BARE) in prompt and GARBLE not in prompt
+
+
+def test_online_rubrics_add_a_version_with_lineage(setup):
+    store, splits, cfg = setup
+    r = roles()
+    summary = run_session(cfg(online_rubrics=2), store, r, splits, "s3", checkpointer=InMemorySaver())
+    # 2 updates x 2 train tasks; the first adds a version per task (1 duplicate dropped each), the second
+    # proposes the same 2 criteria again, now both duplicates
+    assert summary["online_rubric_updates"] == {"tasks": 4, "versions_added": 2, "criteria_rejected": 6,
+                                                "failed": []}
+    rs = RubricStore(store)
+    sid = store.get_session("s3").id
+    task_key = splits.train[0].task_key
+    history = rs.rubric_history(sid, task_key)
+    # updates after episodes 2 and 4 (each covering both train tasks): v1 (file), v2 (+ wavelength); the
+    # second update proposes the same criteria again, which are all duplicates → no v3
+    assert [h.version for h in history] == [1, 2]
+    v1, v2 = history
+    assert v2.parent_id == v1.id and v2.source == "online" and v2.note == "A names the process; B does not."
+    assert [c.title for c in v2.criteria] == ["Mentions scattering", "Blue scatters more", "Ocean reflection", "Names wavelength"]
+    assert [c.inherited_from_id for c in v2.criteria[:3]] == [c.id for c in v1.criteria]
+    new = v2.criteria[3]
+    assert new.source == "online" and new.inherited_from_id is None
+    motivating = {x.id: x for x, _ in rs.session_rollouts(sid) if x.id in new.motivating_rollout_ids}
+    assert sorted(x.idx for x in motivating.values()) == [0, 1, 3]  # the graded rollouts of the current policy
+    assert len(new.motivation["reference_completions"]) == 4
+    assert [c.id for c in rs.criterion_lineage(v2.criteria[0].id)] == [v2.criteria[0].id, v1.criteria[0].id]
+    # round-2 episodes were graded against v2: four verdicts per graded rollout, pointing at v2's criteria
+    r2 = [x for x, key in rs.session_rollouts(sid) if key == f"r002-{task_key}" and x.idx == 0][0]
+    assert r2.rubric_id == v2.id and [v.title for v in rs.verdicts(r2.id)][-1] == "Names wavelength"
+    assert summary_versions(store, "s3") == 2  # two train tasks, one new version each
+
+
+def summary_versions(store, name):
+    return RubricStore(store).grading_stats(store.get_session(name).id)["rubric_versions_added"]
+
+
+def double(messages, i):
+    return f"<answer>{2 * int(re.findall(r'[0-9]+', messages[-1]['content'])[0])}</answer>"
+
+
+def test_verifier_reward_is_unchanged_and_stores_no_rubric_data(setup, tmp_path):
+    store, _, _ = setup
+    path = tmp_path / "add.jsonl"
+    path.write_text("\n".join(json.dumps({"question": f"Compute {i} plus {i}.", "answer": str(2 * i)}) for i in range(6)) + "\n")
+    splits = load_tasks([], path, n_train=2, n_heldout=2, seed=0)
+    cfg = SessionConfig(db=store.url, families=[], tasks_file=path, train_tasks=2, heldout_tasks=2, rounds=1, rollouts=2)
+    summary = run_session(cfg, store, Roles(FakePolicy(double), FakePolicy(teacher)), splits, "v", checkpointer=InMemorySaver())
+    assert summary["mean_reward"] == 1.0 and "graded_rollouts" not in summary
+    rows = RubricStore(store).session_rollouts(store.get_session("v").id)
+    assert all(x.grading_status is None and x.hack_flags is None and eligible_for_training(x) for x, _ in rows)
+
+
+def test_reward_and_tasks_must_match(setup, tmp_path):
+    _, splits, _ = setup
+    with pytest.raises(ConfigError, match="has no rubric; --reward rubric-explicit needs rubric tasks"):
+        check_reward_tasks("rubric-explicit", load_tasks(["chain_sum"], None, 1, 1, 0).train)
+    path = tmp_path / "open.jsonl"
+    path.write_text("\n".join(json.dumps({"question": f"Q{i}?", "rubric": RUBRIC}) for i in range(3)) + "\n")
+    with pytest.raises(ConfigError, match="no verifiable \"answer\"; grade it with --reward rubric-explicit"):
+        check_reward_tasks("verifier", load_tasks([], path, 1, 1, 0).train)
+    with pytest.raises(ValueError, match="needs a judge model; pass --critic local"):
+        SessionConfig(reward="rubric-explicit")
+    with pytest.raises(ValueError, match="--online-rubrics needs rubric rewards"):
+        SessionConfig(online_rubrics=3)
+
+
+def test_migration_from_0002_keeps_rewards_and_downgrade_fills_ungraded(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    command.upgrade(alembic_config(url), "0002")
+    with sqlite3.connect(tmp_path / "old.db") as c:
+        c.execute("insert into sessions (id, name, config, seed, status, created_at) values (1, 's', '{}', 0, 'finished', '2026-01-01')")
+        c.execute("insert into tasks (id, session_id, task_key, family, split, question, answer, source, metadata) "
+                  "values (1, 1, 't', 'f', 'train', 'q', 'a', 'jsonl', '{}')")
+        c.execute("insert into episodes (id, session_id, episode_key, round, task_id, system_prompt, lessons_in_context, "
+                  "mean_reward, started_at, finished_at) values (1, 1, 'e', 1, 1, 'sys', '[]', 0.5, '2026-01-01', '2026-01-01')")
+        c.execute("insert into rollouts (id, episode_id, idx, guided, messages, completion, reward, critique, prompt_tokens, "
+                  "completion_tokens, finish_reason, latency_s) values (1, 1, 0, 0, '[]', 'x', 0.5, 'c', 1, 1, 'stop', 0.1)")
+    store = LessonStore(str(tmp_path / "old.db"))  # migrates to head
+    rows = RubricStore(store).session_rollouts(1)
+    assert rows[0][0].reward == 0.5 and rows[0][0].grading_status is None and eligible_for_training(rows[0][0])
+    store.close()
+    with sqlite3.connect(tmp_path / "old.db") as c:
+        c.execute("insert into rollouts (id, episode_id, idx, guided, messages, completion, reward, critique, prompt_tokens, "
+                  "completion_tokens, finish_reason, latency_s, grading_status) values (2, 1, 1, 0, '[]', 'y', NULL, 'c', 1, 1, 'stop', 0.1, 'ungraded')")
+    command.downgrade(alembic_config(url), "0002")
+    with sqlite3.connect(tmp_path / "old.db") as c:
+        assert c.execute("select id, reward from rollouts order by id").fetchall() == [(1, 0.5), (2, 0.0)]

@@ -1,0 +1,62 @@
+"""`arena run` end to end on the real embedded model with a tiny configuration."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from lessons.text import contains_token
+from agents.roles.solver import SOLVER_SYSTEM
+from arena.tasks.extract import extract_answer
+from arena.tasks.core import load_tasks, score
+from lessons.db.schema import EpisodeRow, RolloutRow, TaskRow
+
+pytestmark = pytest.mark.slow
+
+FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=1"
+
+
+def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path):
+    db = tmp_path / "arena.db"
+    args = ["run", "--db", str(db), "--family", FAMILY, "--train-tasks", "2", "--heldout-tasks", "4",
+            "--rounds", "1", "--rollouts", "3", "--max-tokens", "32", "--seed", "3", "--session", "tiny", "--json"]
+    proc = subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    # 2 groups of 3, plus 3 guided re-attempts for each all-fail group (how many depends on the sampled rollouts)
+    assert summary["session"] == "tiny" and summary["episodes"] == 2
+    assert summary["rollouts"] == 6 + 3 * summary["guided_groups"]
+    for key in ("heldout_before", "heldout_after", "heldout_after_no_lessons"):
+        e = summary[key]
+        assert e["n"] == 4 and 0.0 <= e["ci95"][0] <= e["pass_at_1"] <= e["ci95"][1] <= 1.0
+    assert summary["lessons_active"] + summary["lessons_candidate"] + summary["lessons_retired"] >= summary["lessons_added"] >= 0
+
+    tasks = {t.task_key: t for t in load_tasks([FAMILY], None, 2, 4, 3).train}
+    engine = create_engine(f"sqlite:///{db}")
+    with Session(engine) as s:
+        rows = s.execute(
+            select(RolloutRow, TaskRow.task_key).join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
+            .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
+        ).all()
+    engine.dispose()
+    assert len(rows) == summary["rollouts"]
+    rewards = []
+    for rollout, task_key in rows:
+        task = tasks[task_key]
+        assert rollout.extracted_answer == extract_answer(rollout.completion)
+        assert rollout.reward == score(task, extract_answer(rollout.completion))
+        # the reference answer never reaches the solver: not in the instructions, not in a lesson shown
+        system = rollout.messages[0]["content"]
+        assert system.startswith(SOLVER_SYSTEM)
+        shown = system.split("<lessons>")[1].split("</lessons>")[0].splitlines() if "<lessons>" in system else []
+        assert not any(contains_token(re.sub(r"^\d+\. ", "", line), task.answer) for line in shown)
+        if not rollout.guided:
+            rewards.append(rollout.reward)
+    assert len(rewards) == 6  # mean_reward is over the unguided rollouts
+    assert summary["mean_reward"] == pytest.approx(sum(rewards) / len(rewards), abs=1e-4)

@@ -1,0 +1,121 @@
+"""Lesson utility A/B: paired with/without samples, Newcombe intervals, stored results and life cycle."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agents.backends.fake import FakePolicy
+from arena.config import SessionConfig
+from arena.episode.graph import Roles
+from arena.session.runner import run_session
+from arena.stats import paired_difference_interval, wilson_interval
+from arena.tasks.core import load_tasks
+from arena.session.utility import UtilitySettings, maybe_check_utility, measure_lesson
+from lessons.library.curation import Provenance
+
+GOOD = "Add the ones digits first, then the tens, and carry when a column passes nine."
+BAD = "Always subtract one from your sum before answering."
+
+
+def write_tasks(path: Path, n: int = 12) -> Path:
+    rows = [{"question": f"Compute {10 + i} plus {20 + 2 * i}.", "answer": str(30 + 3 * i), "family": "adding"} for i in range(n)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def solver(messages, i):
+    """Correct only when GOOD is in the system prompt, and never when BAD is."""
+    a, b = map(int, re.findall(r"\d+", messages[-1]["content"]))
+    system = messages[0]["content"]
+    right = GOOD in system and BAD not in system
+    return f"<answer>{a + b if right else a + b + 1}</answer>"
+
+
+def teacher(messages, i):
+    return json.dumps({"analysis": "x", "add": [], "tags": []})
+
+
+def test_paired_interval_reduces_to_newcombe_hybrid_when_pairs_are_uncorrelated() -> None:
+    # a*d == b*c (phi = 0): a=2, b=2, c=2, d=2 -> p1 = p2 = 0.5, interval = ±sqrt((p1-l1)^2 + (u2-p2)^2)
+    with_ = [1, 1, 1, 1, 0, 0, 0, 0]
+    without = [1, 1, 0, 0, 1, 1, 0, 0]
+    diff, lo, hi = paired_difference_interval([bool(x) for x in with_], [bool(x) for x in without])
+    l1, u1 = wilson_interval(4, 8)
+    assert diff == 0.0
+    assert lo == pytest.approx(-math.hypot(0.5 - l1, u1 - 0.5)) and hi == pytest.approx(math.hypot(u1 - 0.5, 0.5 - l1))
+
+
+def test_paired_interval_all_better_excludes_zero_and_all_equal_does_not() -> None:
+    diff, lo, hi = paired_difference_interval([True] * 16, [False] * 16)
+    assert diff == 1.0 and lo > 0.5 and hi == 1.0
+    diff, lo, hi = paired_difference_interval([False] * 16, [False] * 16)
+    assert diff == 0.0 and lo == pytest.approx(-wilson_interval(0, 16)[1]) and hi == pytest.approx(wilson_interval(0, 16)[1])
+    with pytest.raises(ValueError):
+        paired_difference_interval([True], [])
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    from lessons.library.store import LessonStore
+
+    store = LessonStore(str(tmp_path / "arena.db"))
+    splits = load_tasks([], write_tasks(tmp_path / "adding.jsonl"), n_train=4, n_heldout=4, seed=1)
+    yield store, splits, tmp_path
+    store.close()
+
+
+def add(store, text, status="candidate"):
+    with store.curate() as c:
+        return c.add(text, "adding", "", Provenance(origin={"by": "test"}), status=status)
+
+
+def test_measure_lesson_pairs_arms_and_scores_the_effect(setup) -> None:
+    store, splits, _ = setup
+    good = add(store, GOOD)
+    res = measure_lesson(store, FakePolicy(solver), store.get_lesson(good), splits.train[:3], UtilitySettings(samples=2), seed=5)
+    assert (res.n, res.pass_with, res.pass_without, res.effect) == (6, 1.0, 0.0, 1.0)
+    assert res.ci[0] > 0 and res.task_keys == [t.task_key for t in splits.train[:3]]
+
+
+def test_utility_check_stores_results_and_moves_the_life_cycle(setup) -> None:
+    store, splits, _ = setup
+    good, bad = add(store, GOOD), add(store, BAD, status="active")
+    policy = FakePolicy(solver)
+    sid = store.create_session("s", {}, 0)
+    store.upsert_tasks(sid, [*splits.train, *splits.heldout])
+    settings = UtilitySettings(every=1, lessons=4, tasks=4, samples=4)
+    assert maybe_check_utility(store, policy, sid, splits.train, settings, seed=0) == []  # no episode yet
+    from lessons.library.store import EpisodeRecord, RolloutRecord
+
+    r = RolloutRecord(0, [{"role": "user", "content": "q"}], "c", "1", 0.0, "x", 1, 1, "stop", 0.0)
+    store.record_episode(EpisodeRecord(sid, "r001-x", 1, splits.train[0].task_key, "sys", [], [r, r], None))
+    results = maybe_check_utility(store, policy, sid, splits.train, settings, seed=0)
+    # BAD is in both of GOOD's arms and masks it; without BAD every answer is wrong too
+    assert {x.lesson_id: x.effect for x in results} == {good: 0.0, bad: -1.0}
+    assert store.get_lesson(good).status == "candidate" and store.get_lesson(bad).status == "retired"
+    assert store.utility_checks(sid) == {1}
+    assert maybe_check_utility(store, policy, sid, splits.train, settings, seed=0) == []  # already done at 1
+
+    store.record_episode(EpisodeRecord(sid, "r001-y", 1, splits.train[0].task_key, "sys", [], [r, r], None))
+    (again,) = maybe_check_utility(store, policy, sid, splits.train, settings, seed=0)
+    assert (again.lesson_id, again.effect, again.n) == (good, 1.0, 16)
+    assert store.get_lesson(good).status == "active"  # CI above 0: promoted
+    assert [h["effect"] for h in store.utility_history(good)] == [0.0, 1.0]
+    assert store.lesson_events(good)[-1].op == "PROMOTE"
+
+
+def test_session_runs_utility_checks_every_n_episodes(setup) -> None:
+    store, splits, tmp = setup
+    add(store, GOOD)
+    cfg = SessionConfig(db=str(tmp / "arena.db"), families=[], tasks_file=tmp / "adding.jsonl", train_tasks=4,
+                        heldout_tasks=4, rounds=1, rollouts=2, utility_every=2, utility_samples=2)
+    summary = run_session(cfg, store, Roles(FakePolicy(solver), FakePolicy(teacher)), splits, "s1", checkpointer=InMemorySaver())
+    assert summary["utility_checks"] == 2  # after episodes 2 and 4
+    assert summary["lessons_active"] == 1 and summary["lessons_candidate"] == 0
+    assert len(store.utility_history("adding-00001")) == 2
