@@ -23,8 +23,8 @@ import asyncio
 import json
 import platform
 import random
-import statistics
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time

@@ -32,7 +32,15 @@ from pathlib import Path
 
 import torch
 
-from agents.backends.batching import MAX_BATCH_ROWS, MAX_BATCH_TOKENS, DecodedRow, DecodeEngine, DecodeRow, plan_batches, row_seed
+from agents.backends.batching import (
+    MAX_BATCH_ROWS,
+    MAX_BATCH_TOKENS,
+    DecodedRow,
+    DecodeEngine,
+    DecodeRow,
+    plan_batches,
+    row_seed,
+)
 from agents.backends.model_files import smollm2_gguf_path
 from agents.policy import Completion, Message, PolicyError
 

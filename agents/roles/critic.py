@@ -13,8 +13,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from lessons.text import contains_token
 from agents.policy import Completion, Policy
+from lessons.outcomes import passes
+from lessons.text import contains_token
 
 # Must make the critic name the first mistake in one sentence, without giving the answer.
 CRITIC_SYSTEM = (
@@ -73,7 +74,7 @@ def grade_group(
         grades.append(Grade(reward, answer, _one_line("; ".join(notes))))
     if critic is not None:
         for c, g in zip(completions, grades):
-            if g.reward >= 1.0:
+            if passes(g.reward):
                 continue
             out = critic.sample(
                 [

@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from lessons.text import contains_token
 from agents.policy import Message, Policy
+from lessons.text import contains_token
 
 HINT_MODES = ("plan", "feedback", "answer")
 

@@ -86,8 +86,8 @@ def bench_distill_speed(
         agents.policy.PolicyError: the base model cannot be loaded.
     """
     from agents.backends.local import LocalPolicy, default_device
-    from arena.distill.data import DistillExample
     from arena.distill.config import TrainConfig
+    from arena.distill.data import DistillExample
     from arena.distill.trainer import encode_examples, lora_config, train
 
     device = device or default_device()

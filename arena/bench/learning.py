@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from arena.config import DEFAULT_FAMILY, SessionConfig
+from lessons.outcomes import HELDOUT_AFTER, HELDOUT_BEFORE, eval_name
 
 CONDITIONS = ("base", "lessons", "sft", "distill", "loop", "oracle")
 
@@ -136,14 +137,14 @@ def sampled_pass(policy: Any, chats: Sequence[Sequence[dict[str, str]]], tasks: 
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from arena.tasks.extract import extract_answer
     from arena.stats import pass_at_k
     from arena.tasks.core import score
-    from lessons.library.store import PASS_THRESHOLD
+    from arena.tasks.extract import extract_answer
+    from lessons.outcomes import passes
 
     def correct(i: int) -> int:
         outs = policy.sample(chats[i], n=k, temperature=temperature, max_tokens=max_tokens, seed=seed + i)
-        return sum(score(tasks[i], extract_answer(o.text)) >= PASS_THRESHOLD for o in outs)
+        return sum(passes(score(tasks[i], extract_answer(o.text))) for o in outs)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         counts = list(pool.map(correct, range(len(tasks))))
@@ -305,8 +306,8 @@ def _session_condition(
     """Run one learning condition as an `arena run` session in its own library; its passes and record."""
     from agents.backends.local import LocalPolicy
     from agents.roles.solver import solver_messages
-    from arena.session.cycles import cycle_adapters
     from arena.episode.graph import retrieve_for_task
+    from arena.session.cycles import cycle_adapters
     from arena.session.runner import make_roles, run_session
     from lessons.library.store import LessonStore
 
@@ -317,7 +318,7 @@ def _session_condition(
             summary = run_session(cfg, store, roles, splits, name, console=console)
         sid = store.get_session(name).id
         per_round = store.rollouts_by_round(sid)
-        passes = heldout_passes(store, sid, "heldout_after")
+        passes = heldout_passes(store, sid, HELDOUT_AFTER)
         adapters = cycle_adapters(store, name)
         last = adapters[max(adapters)] if adapters else None
         solver = LocalPolicy(adapter=Path(last.path)) if last is not None else roles.solver
@@ -342,15 +343,15 @@ def _session_condition(
 
 def _curve(store: Any, session_id: int, cfg: SessionConfig, per_round: dict[int, int]) -> list[list[float]]:
     """``[rollouts consumed, pass@1, ci lo, ci hi]``: before, then after each cycle (or after the wake without sleep)."""
-    from arena.session.cycles import HeldoutEvals, cycle_rounds, eval_name
+    from arena.session.cycles import HeldoutEvals, cycle_rounds
 
     evals = HeldoutEvals(store, session_id, [], 0, 0)
     points = []
-    before = evals.stored("heldout_before")
+    before = evals.stored(HELDOUT_BEFORE)
     if before is not None:
         points.append([0, *_point(before)])
     for c in range(1, cfg.cycles + 1):
-        got = evals.stored(eval_name(c, True)) or (evals.stored("heldout_after") if c == cfg.cycles else None)
+        got = evals.stored(eval_name(c, True)) or (evals.stored(HELDOUT_AFTER) if c == cfg.cycles else None)
         if got is None:
             break
         spent = sum(n for r, n in per_round.items() if r <= cycle_rounds(cfg, c)[-1])
@@ -370,10 +371,10 @@ def _oracle(bcfg: LearningBenchConfig, splits: Any, heldout: list[Any], k_tasks:
 
     from agents.backends.local import LocalPolicy
     from agents.roles.solver import solver_messages
-    from arena.session.runner import evaluate_heldout
-    from arena.stats import paired_comparison
     from arena.distill.config import TrainConfig
     from arena.distill.trainer import train
+    from arena.session.runner import evaluate_heldout
+    from arena.stats import paired_comparison
     from lessons.library.store import LessonStore
 
     policy = LocalPolicy()

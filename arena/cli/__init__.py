@@ -107,8 +107,8 @@ def run(
     _quiet_libraries()
     from agents.policy import PolicyError
     from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig, check_db
-    from arena.tasks.core import TaskError, load_tasks
     from arena.distill.trainer import TrainingError
+    from arena.tasks.core import TaskError, load_tasks
     from lessons.library.store import LessonStore, StoreError, check_database
 
     console = Console(stderr=True)
@@ -159,9 +159,8 @@ def run(
         # Validate tasks, endpoints and prompt sizes before touching the database, so bad input writes nothing.
         with contextlib.redirect_stdout(sys.stderr):  # some task generators print; stdout is for --json
             splits = load_tasks(cfg.families, cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
-        from arena.session.runner import check_prompt_lengths, make_roles, run_session
-
         from arena.episode.rewards import check_reward_tasks
+        from arena.session.runner import check_prompt_lengths, make_roles, run_session
 
         check_reward_tasks(cfg.reward, [*splits.train, *splits.heldout])
         cfg.check_cycle_budget(len(splits.train))
@@ -450,12 +449,12 @@ def distill(
     """Distill a session's lessons and guided successes into a LoRA adapter, then evaluate and register it."""
     _quiet_libraries()
     from agents.policy import PolicyError
-    from arena.distill.pipeline import DistillError, run_distill
-    from arena.tasks.core import TaskError
-    from arena.distill.weights import AdapterError
-    from arena.distill.data import NoTrainingData
     from arena.distill.config import DistillConfig, TrainConfig
+    from arena.distill.data import NoTrainingData
+    from arena.distill.pipeline import DistillError, run_distill
     from arena.distill.trainer import TrainingError
+    from arena.distill.weights import AdapterError
+    from arena.tasks.core import TaskError
     from lessons.library.store import LessonStore, StoreError
 
     console = Console(stderr=True)
@@ -524,8 +523,8 @@ def eval_cmd(
     _quiet_libraries()
     from agents.policy import PolicyError
     from arena.distill.pipeline import DistillError, latest_session, run_eval
-    from arena.tasks.core import TaskError
     from arena.distill.weights import AdapterError
+    from arena.tasks.core import TaskError
     from lessons.library.store import LessonStore, StoreError
 
     store = None
@@ -674,8 +673,8 @@ def bench_learning(
     _quiet_libraries()
     from agents.policy import PolicyError
     from arena.bench.learning import CONDITIONS, LearningBenchConfig, LearningBenchError, run_learning_bench
-    from arena.distill.weights import AdapterError
     from arena.distill.trainer import TrainingError
+    from arena.distill.weights import AdapterError
     from lessons.library.store import StoreError
 
     given = {k: v for k, v in dict(

@@ -9,7 +9,6 @@ checked in validators whose messages say how to fix the value.
 from __future__ import annotations
 
 import math
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator

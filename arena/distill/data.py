@@ -27,18 +27,18 @@ lessons in context, hint id), recorded in the adapter's sidecar and database row
 
 from __future__ import annotations
 
+import math
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import math
-import re
-
 import torch
 
-from lessons.library.adapters import TrainingRollout
 from arena.distill.config import MIN_GUIDED_LOG_RATIO
+from lessons.library.adapters import TrainingRollout
+from lessons.outcomes import passes
 
 Message = dict[str, str]
 KINDS = ("context", "guided", "sft")
@@ -145,7 +145,7 @@ def build_dataset(
         raise ValueError(f"objective must be distill, sft or guided-unweighted, not {objective!r}")
     out = DistillDataset(objective=objective, examples=[], rollouts_seen=len(rollouts))
     for r in rollouts:
-        if r.reward < success_threshold - 1e-9:
+        if not passes(r.reward, success_threshold):
             out.skipped["failed"] += 1
             continue
         if not r.token_ids:

@@ -36,11 +36,15 @@ from typing import Any
 
 from agents.roles.solver import strip_lessons_section
 from arena.config import SessionConfig
-from arena.episode.graph import retrieve_for_task
-from arena.session.runner import evaluate_heldout
-from arena.stats import wilson_interval
-from arena.tasks.core import Task, load_tasks
-from lessons.library.adapters import AdapterInfo, AdapterRecord, AdapterStore
+from arena.distill.config import DistillConfig
+from arena.distill.data import (
+    DistillDataset,
+    NoTrainingData,
+    build_dataset,
+    data_report,
+    require_examples,
+    screen_implausible,
+)
 from arena.distill.weights import (
     SIDECAR,
     AdapterSidecar,
@@ -48,10 +52,13 @@ from arena.distill.weights import (
     check_adapter_dir,
     save_adapter,
 )
-from lessons.library.adapters import TrainingRollout
-from arena.distill.data import DistillDataset, NoTrainingData, build_dataset, data_report, require_examples, screen_implausible
-from arena.distill.config import DistillConfig
+from arena.episode.graph import retrieve_for_task
+from arena.session.runner import evaluate_heldout
+from arena.stats import wilson_interval
+from arena.tasks.core import Task, load_tasks
+from lessons.library.adapters import AdapterInfo, AdapterRecord, AdapterStore, TrainingRollout
 from lessons.library.store import LessonStore
+from lessons.outcomes import count_passes
 
 CONDITIONS = ("base", "base_lessons", "adapter", "adapter_lessons")
 CONDITION_LABELS = {
@@ -79,7 +86,7 @@ class EvalResult:
 
     @property
     def passes(self) -> int:
-        return sum(r >= 1.0 - 1e-9 for r in self.rewards)
+        return count_passes(self.rewards)
 
     def summary(self) -> dict[str, Any]:
         """``{"pass_at_1", "n", "passes", "ci95": [lo, hi]}`` (95% Wilson interval)."""
@@ -119,7 +126,7 @@ def latest_session(store: LessonStore, db: str) -> str:
 
     from lessons.db.schema import EpisodeRow, SessionRow
 
-    with store._read() as s:
+    with store.read() as s:
         name = s.scalar(
             select(SessionRow.name).join(EpisodeRow, EpisodeRow.session_id == SessionRow.id)
             .order_by(SessionRow.id.desc()).limit(1)
@@ -225,9 +232,9 @@ def distilled_lessons(
         if not idx:
             continue
         n = len(idx)
-        b = sum(base.rewards[i] >= 1.0 - 1e-9 for i in idx)
-        bl = sum(base_lessons.rewards[i] >= 1.0 - 1e-9 for i in idx)
-        ad = sum(adapter.rewards[i] >= 1.0 - 1e-9 for i in idx)
+        b = count_passes(base.rewards[i] for i in idx)
+        bl = count_passes(base_lessons.rewards[i] for i in idx)
+        ad = count_passes(adapter.rewards[i] for i in idx)
         lo, hi = wilson_interval(bl, n)
         if bl > b and ad / n >= lo - 1e-12:
             out[lid] = (

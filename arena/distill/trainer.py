@@ -30,8 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from arena.distill.data import DistillExample, importance_weights
 from arena.distill.config import TrainConfig
+from arena.distill.data import DistillExample, importance_weights
 
 # Model types whose causal-LM forward is exactly lm_head(model(...).last_hidden_state):
 # the fast path that projects completion positions only is exact for them.

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-PASS = 1.0 - 1e-9  # a verifier reward at least this is a pass
+from lessons.outcomes import passes
+
 ALL = "all"  # key of the pooled figures
 
 
@@ -73,7 +74,7 @@ def calibration_report(
     """
     by_family: dict[str, list[tuple[float, bool]]] = {}
     for family, judge, verifier in pairs:
-        by_family.setdefault(family, []).append((float(judge), float(verifier) >= PASS))
+        by_family.setdefault(family, []).append((float(judge), passes(float(verifier))))
     if not by_family:
         return {}
 

@@ -25,16 +25,17 @@ from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from agents.roles.hints import FailedAttempt, write_hint
 from agents.policy import Completion, Policy
+from agents.roles.hints import FailedAttempt, write_hint
 from agents.roles.solver import guided_messages, solver_messages
 from agents.roles.teacher import LIBRARY_FULL_NOTE, RolloutView, reflect
+from arena.episode.prompt import retrieve
 from arena.episode.rewards import RewardStrategy, VerifierReward
 from arena.tasks.core import Task, has_verifier
-from lessons.ops import Reflection
-from arena.episode.prompt import retrieve
 from lessons.library.rubrics import RubricStore, eligible_for_training
 from lessons.library.store import EpisodeRecord, HintRecord, LessonStore, RolloutRecord
+from lessons.ops import Reflection
+from lessons.outcomes import passes
 
 LIBRARY_FULL_FRACTION = 0.8  # the teacher is asked to merge/retire once the library holds this share of its budget
 
@@ -185,7 +186,7 @@ def build_episode_graph(
         task = tasks[state["task_key"]]
         best = max((g["reward"] for g in state["grades"] if g["reward"] is not None), default=0.0)
         hintable = has_verifier(task) or bool(task.answer)  # a rubric task needs a reference for hints
-        if settings.hint_modes and hintable and task.split == "train" and best < settings.success_threshold:
+        if settings.hint_modes and hintable and task.split == "train" and not passes(best, settings.success_threshold):
             return "hint"
         return "reflect"
 

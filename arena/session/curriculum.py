@@ -47,7 +47,6 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from arena.tasks.extract import extract_answer, normalise_text
 from arena.tasks.core import (
     SEED_BLOCK,
     FamilySpec,
@@ -61,8 +60,10 @@ from arena.tasks.core import (
     make_slot_tasks,
     score,
 )
+from arena.tasks.extract import extract_answer, normalise_text
 from lessons.library.curriculum import CurriculumRecords, CurriculumStep, ProposalRecord, StoredTask
 from lessons.library.store import LessonStore
+from lessons.outcomes import count_passes
 
 Action = Literal["up", "down", "stay", "at_max", "at_min", "fixed", "no_data"]
 
@@ -473,9 +474,9 @@ class SessionCurriculum:
         return done
 
     def _decide(self, unit: _Unit, row: CurriculumStep, groups: Sequence[Any]) -> CurriculumStep:
-        thr = self.settings.success_threshold - 1e-9
+        thr = self.settings.success_threshold
         rewards = [r for g in groups for r in g.unguided]
-        rate = sum(r >= thr for r in rewards) / len(rewards) if rewards else None
+        rate = count_passes(rewards, thr) / len(rewards) if rewards else None
         action: Action
         next_step = row.step
         if rate is None:
@@ -520,10 +521,10 @@ class SessionCurriculum:
         from arena.session.runner import episode_seed
 
         s = self.settings
-        thr = s.success_threshold - 1e-9
+        thr = s.success_threshold
         rated = []
         for g in groups:
-            rate = sum(r >= thr for r in g.unguided) / len(g.unguided) if g.unguided else 0.0
+            rate = count_passes(g.unguided, thr) / len(g.unguided) if g.unguided else 0.0
             if rate <= s.band[0] and g.task_key in self.tasks:
                 rated.append((rate, g.task_key))
         # barely solved first (closest to the band), then failed; ties in round order

@@ -36,17 +36,13 @@ from arena.episode.graph import retrieve_for_task
 from arena.stats import mean_pass_at_k, paired_comparison, wilson_interval
 from arena.tasks.core import Task
 from lessons.library.adapters import AdapterInfo, AdapterRecord, AdapterStore
-from lessons.library.store import PASS_THRESHOLD, LessonStore
+from lessons.library.store import LessonStore
+from lessons.outcomes import HELDOUT_AFTER, HELDOUT_AFTER_NO_LESSONS, HELDOUT_BEFORE, eval_name, passes
 
 
 def cycle_rounds(cfg: SessionConfig, cycle: int) -> range:
     """The session rounds of ``cycle`` (1-based): ``(cycle-1)·rounds+1 … cycle·rounds``."""
     return range((cycle - 1) * cfg.rounds + 1, cycle * cfg.rounds + 1)
-
-
-def eval_name(cycle: int, lessons: bool, wake: bool = False) -> str:
-    """Evaluation names of a cycle: ``heldout_cycle{c}[_wake][_no_lessons]``."""
-    return f"heldout_cycle{cycle}{'_wake' if wake else ''}{'' if lessons else '_no_lessons'}"
 
 
 @dataclass
@@ -69,7 +65,7 @@ class Evaluated:
 
     @property
     def passes(self) -> list[bool]:
-        return [r is not None and r >= PASS_THRESHOLD for r in self.rewards]
+        return [passes(r) for r in self.rewards]
 
     def summary(self) -> dict[str, Any]:
         """``{"pass_at_1", "n", "ci95"}`` with the 95% Wilson interval."""
@@ -316,7 +312,7 @@ def cycles_summary(store: LessonStore, session: str, session_id: int, cfg: Sessi
     adapters = cycle_adapters(store, session)
     by_round = store.round_rewards(session_id)
     evals = HeldoutEvals(store, session_id, [], cfg.lesson_tokens, cfg.max_tokens)
-    before = evals.stored("heldout_before")
+    before = evals.stored(HELDOUT_BEFORE)
     out = []
     for c in range(1, cfg.cycles + 1):
         groups = [g for r in cycle_rounds(cfg, c) for g in by_round.get(r, [])]
@@ -324,8 +320,8 @@ def cycles_summary(store: LessonStore, session: str, session_id: int, cfg: Sessi
             break
         info = adapters.get(c)
         last = c == cfg.cycles
-        with_l = evals.stored(eval_name(c, True)) or (evals.stored("heldout_after") if last else None)
-        plain = evals.stored(eval_name(c, False)) or (evals.stored("heldout_after_no_lessons") if last else None)
+        with_l = evals.stored(eval_name(c, True)) or (evals.stored(HELDOUT_AFTER) if last else None)
+        plain = evals.stored(eval_name(c, False)) or (evals.stored(HELDOUT_AFTER_NO_LESSONS) if last else None)
         report = (info.data.get("report") or {}) if info else {}
         out.append({
             "cycle": c,

@@ -31,20 +31,29 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agents.policy import Policy, sample_many
 from agents.roles.solver import solver_messages
 from arena.config import ConfigError, SessionConfig
-from arena.session.curriculum import CurriculumSettings, SessionCurriculum, curriculum_summary
-from arena.tasks.extract import extract_answer
+from arena.distill.data import NoTrainingData
 from arena.episode.graph import EpisodeSettings, Roles, build_episode_graph, retrieve_for_task
-from arena.stats import mean_pass_at_k, wilson_interval
 from arena.episode.rewards import RewardStrategy, RubricReward, make_reward
-from arena.tasks.core import Task, TaskSplits, score
+from arena.session.curriculum import CurriculumSettings, SessionCurriculum, curriculum_summary
 from arena.session.utility import UtilitySettings, maybe_check_utility
+from arena.stats import mean_pass_at_k, wilson_interval
+from arena.tasks.core import Task, TaskSplits, score
+from arena.tasks.extract import extract_answer
 from lessons.library.adapters import AdapterStore
 from lessons.library.curation import CurationPolicy
-from arena.distill.data import NoTrainingData
 from lessons.library.rubrics import RubricStore
 from lessons.library.store import LessonStore, StoreError
+from lessons.outcomes import (
+    EVAL_NAMES,
+    HELDOUT_AFTER,
+    HELDOUT_AFTER_NO_LESSONS,
+    HELDOUT_BEFORE,
+    HELDOUT_FINAL_DIFFICULTY,
+    HELDOUT_FINAL_DIFFICULTY_NO_LESSONS,
+    count_passes,
+    eval_name,
+)
 
-EVAL_NAMES = ("heldout_before", "heldout_after", "heldout_after_no_lessons")
 CURATE_NODE = "curate"  # the graph node that writes an episode; run in task order after the round's sampling
 
 
@@ -222,9 +231,9 @@ def evaluate_heldout(
 
 def _eval_summary(rewards: Sequence[float]) -> dict[str, Any]:
     n = len(rewards)
-    passes = sum(r >= 1.0 - 1e-9 for r in rewards)
-    lo, hi = wilson_interval(passes, n)
-    return {"pass_at_1": passes / n if n else 0.0, "n": n, "ci95": [round(lo, 4), round(hi, 4)]}
+    k = count_passes(rewards)
+    lo, hi = wilson_interval(k, n)
+    return {"pass_at_1": k / n if n else 0.0, "n": n, "ci95": [round(lo, 4), round(hi, 4)]}
 
 
 def run_session(
@@ -294,7 +303,7 @@ def run_session(
     thread_prefix = f"{session_name}#{session_id}@{created}"
     task_by_key = {t.task_key: t for t in [*splits.train, *splits.heldout]}
 
-    from arena.session.cycles import HeldoutEvals, Solver, adapter_solver, cycle_adapters, eval_name, sleep
+    from arena.session.cycles import HeldoutEvals, Solver, adapter_solver, cycle_adapters, sleep
 
     exclude = adapter_distilled_lessons(store, cfg.adapter)
     solver = Solver(roles.solver, adapter_label(store, cfg.adapter), Path(cfg.adapter) if cfg.adapter else None, exclude)
@@ -375,8 +384,8 @@ def run_session(
             if progress:
                 progress.update(bar, completed=len(rewards), status=f"pass@1 {s['pass_at_1']:.3f}")
 
-        run_eval("heldout_before", True)
-        evals.adopt_plain("heldout_before", solver.adapter_id)
+        run_eval(HELDOUT_BEFORE, True)
+        evals.adopt_plain(HELDOUT_BEFORE, solver.adapter_id)
         finished = store.finished_episode_keys(session_id)
         slept = cycle_adapters(store, session_name) if cfg.sleep else {}
         refused: dict[int, str] = {}  # cycle -> why its sleep was refused (too few examples)
@@ -473,16 +482,16 @@ def run_session(
             for lessons in (True, False):  # a resumed cycle may lack them (kill after registration)
                 evals.run(eval_name(cycle, lessons), solver, lessons)
         if cfg.sleep is not None:  # after the last sleep: the last cycle's figures, not measured again
-            for name, lessons in (("heldout_after", True), ("heldout_after_no_lessons", False)):
+            for name, lessons in ((HELDOUT_AFTER, True), (HELDOUT_AFTER_NO_LESSONS, False)):
                 if name not in done_evals:
                     evals.record(name, evals.run(eval_name(cfg.cycles, lessons), solver, lessons), lessons, solver.adapter_id)
             done_evals = store.evaluations(session_id)
-        run_eval("heldout_after", True)
-        run_eval("heldout_after_no_lessons", False)
+        run_eval(HELDOUT_AFTER, True)
+        run_eval(HELDOUT_AFTER_NO_LESSONS, False)
         final_heldout = curriculum.final_heldout()  # None: every family ended at its starting difficulty
         if final_heldout is not None:
-            run_eval("heldout_final_difficulty", True, final_heldout)
-            run_eval("heldout_final_difficulty_no_lessons", False, final_heldout)
+            run_eval(HELDOUT_FINAL_DIFFICULTY, True, final_heldout)
+            run_eval(HELDOUT_FINAL_DIFFICULTY_NO_LESSONS, False, final_heldout)
     except KeyboardInterrupt:
         store.set_session_status(session_id, "interrupted")
         raise
@@ -578,16 +587,16 @@ def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: S
     from arena.session.cycles import HeldoutEvals, cycles_summary, paired
 
     stored = HeldoutEvals(store, session_id, [], cfg.lesson_tokens, cfg.max_tokens).stored
-    after = stored("heldout_after")
-    summary["heldout_after_vs_before"] = paired(after, stored("heldout_before"))
-    summary["lessons_vs_no_lessons"] = paired(after, stored("heldout_after_no_lessons"))
+    after = stored(HELDOUT_AFTER)
+    summary["heldout_after_vs_before"] = paired(after, stored(HELDOUT_BEFORE))
+    summary["lessons_vs_no_lessons"] = paired(after, stored(HELDOUT_AFTER_NO_LESSONS))
     summary["cycles"] = cycles_summary(store, session_name, session_id, cfg)
     summary.update(hint_summary(store.group_outcomes(session_id), cfg.success_threshold))
     if cfg.reward != "verifier":
         summary.update(rubric_summary(RubricStore(store), session_id, evals))
     summary.update(curriculum_summary(store, session_id))
-    for name, same in (("heldout_final_difficulty", "heldout_after"),
-                       ("heldout_final_difficulty_no_lessons", "heldout_after_no_lessons")):
+    for name, same in ((HELDOUT_FINAL_DIFFICULTY, HELDOUT_AFTER),
+                       (HELDOUT_FINAL_DIFFICULTY_NO_LESSONS, HELDOUT_AFTER_NO_LESSONS)):
         e = evals.get(name)  # absent when no family moved: the final difficulty is the starting one
         summary[name] = (
             {"pass_at_1": round(e.pass_at_1, 4), "n": e.n, "ci95": [round(e.ci_lo, 4), round(e.ci_hi, 4)]}

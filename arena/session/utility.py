@@ -25,13 +25,14 @@ from dataclasses import dataclass
 
 from agents.policy import Policy
 from agents.roles.solver import LessonView, render_lessons, solver_messages
-from arena.tasks.extract import extract_answer
 from arena.stats import paired_difference_interval
 from arena.tasks.core import Task, score
+from arena.tasks.extract import extract_answer
 from lessons.library.curation import Provenance
-from lessons.ops import GLOBAL_SCOPE, normalise_scope
 from lessons.library.retrieval import rank_lessons
-from lessons.library.store import PASS_THRESHOLD, LessonInfo, LessonStore
+from lessons.library.store import LessonInfo, LessonStore
+from lessons.ops import GLOBAL_SCOPE, normalise_scope
+from lessons.outcomes import passes
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def measure_lesson(
                 max_tokens=settings.max_tokens,
                 seed=seed + i,
             )
-            outcomes += [score(task, extract_answer(o.text)) >= PASS_THRESHOLD for o in outs]
+            outcomes += [passes(score(task, extract_answer(o.text))) for o in outs]
     effect, lo, hi = paired_difference_interval(with_pass, without_pass)
     n = len(with_pass)
     return UtilityResult(

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from agents.roles.rubric import Criterion, check_rubric
 from arena.tasks.extract import normalise_number, normalise_text
+from lessons.outcomes import passes
 
 log = logging.getLogger(__name__)
 
@@ -614,7 +615,7 @@ def verifier_feedback(task: Task, extracted: str | None) -> str:
     if len(shown) > 80:
         shown = shown[:77] + "..."
     reward = score(task, extracted)
-    if reward >= 1.0:
+    if passes(reward):
         return f"answer {shown!r} is correct"
     if reward <= 0.0:
         return f"answer {shown!r} is incorrect"

@@ -123,7 +123,7 @@ class AdapterStore:
         Raises:
             StoreError: no session called ``session``.
         """
-        with self.store._read() as s:
+        with self.store.read() as s:
             sid = s.scalar(select(SessionRow.id).where(SessionRow.name == session))
             if sid is None:
                 raise StoreError(f"no session named {session!r}")
@@ -163,7 +163,7 @@ class AdapterStore:
 
     def next_adapter_id(self) -> str:
         """``adapter-NNNN`` with NNNN one above the largest registered number (``adapter-0001`` first)."""
-        with self.store._read() as s:
+        with self.store.read() as s:
             ids = s.scalars(select(AdapterRow.adapter_id)).all()
         numbers = [int(i[len(ADAPTER_PREFIX):]) for i in ids if i.startswith(ADAPTER_PREFIX) and i[len(ADAPTER_PREFIX):].isdigit()]
         return f"{ADAPTER_PREFIX}{max(numbers, default=0) + 1:04d}"
@@ -184,7 +184,7 @@ class AdapterStore:
         if rec.objective not in ADAPTER_OBJECTIVES:
             raise ValueError(f"objective must be one of {ADAPTER_OBJECTIVES}, not {rec.objective!r}")
         now = utcnow()
-        with self.store._write() as s, s.begin():
+        with self.store.write() as s, s.begin():
             if s.scalar(select(AdapterRow.id).where(AdapterRow.adapter_id == rec.adapter_id)) is not None:
                 raise StoreError(f"adapter {rec.adapter_id} is already registered")
             if s.scalar(select(AdapterRow.id).where(AdapterRow.path == rec.path)) is not None:
@@ -237,20 +237,20 @@ class AdapterStore:
 
     def get_adapter(self, adapter_id: str) -> AdapterInfo | None:
         """The adapter with this readable id (``adapter-0001``), or None."""
-        with self.store._read() as s:
+        with self.store.read() as s:
             row = s.scalar(select(AdapterRow).where(AdapterRow.adapter_id == adapter_id))
             return self._info(s, row) if row is not None else None
 
     def find_by_path(self, path: str | Path) -> AdapterInfo | None:
         """The adapter registered at this directory (compared as resolved absolute paths), or None."""
         target = str(Path(path).expanduser().resolve())
-        with self.store._read() as s:
+        with self.store.read() as s:
             row = s.scalar(select(AdapterRow).where(AdapterRow.path == target))
             return self._info(s, row) if row is not None else None
 
     def list_adapters(self) -> list[AdapterInfo]:
         """Every registered adapter, oldest first."""
-        with self.store._read() as s:
+        with self.store.read() as s:
             return [self._info(s, row) for row in s.scalars(select(AdapterRow).order_by(AdapterRow.id))]
 
     @staticmethod

@@ -115,7 +115,7 @@ class CurriculumRecords:
             .where(TaskRow.session_id == session_id)
             .order_by(TaskRow.id)
         )
-        with self.store._read() as s:
+        with self.store.read() as s:
             return [
                 StoredTask(t.task_key, t.family, t.split, t.question, t.answer, t.source, dict(t.meta), t.origin, pk)
                 for t, pk in s.execute(q).all()
@@ -129,7 +129,7 @@ class CurriculumRecords:
         """
         if origin not in TASK_ORIGINS:
             raise ValueError(f"task origin must be one of {TASK_ORIGINS}, not {origin!r}")
-        with self.store._write() as s, s.begin():
+        with self.store.write() as s, s.begin():
             self._insert(s, session_id, list(tasks), origin, {})
 
     @staticmethod
@@ -159,14 +159,14 @@ class CurriculumRecords:
             .where(CurriculumStepRow.session_id == session_id)
             .order_by(CurriculumStepRow.round, CurriculumStepRow.id)
         )
-        with self.store._read() as s:
+        with self.store.read() as s:
             return [_step(r) for r in s.scalars(q)]
 
     def start_step(
         self, session_id: int, rnd: int, family: str, step: int, levels: dict[str, int], config: dict[str, Any]
     ) -> CurriculumStep:
         """Record the difficulty ``family`` trains at in round ``rnd``; an existing row (resume) is returned unchanged."""
-        with self.store._write() as s, s.begin():
+        with self.store.write() as s, s.begin():
             row = s.scalar(
                 select(CurriculumStepRow).where(
                     CurriculumStepRow.session_id == session_id,
@@ -197,7 +197,7 @@ class CurriculumRecords:
         Raises:
             StoreError: the round's row was never started.
         """
-        with self.store._write() as s, s.begin():
+        with self.store.write() as s, s.begin():
             row = self._require(s, session_id, rnd, family)
             row.groups, row.pass_rate, row.action, row.next_step = groups, pass_rate, action, next_step
             return _step(row)
@@ -231,7 +231,7 @@ class CurriculumRecords:
                 raise ValueError(f"proposal status must be one of {PROPOSAL_STATUSES}, not {p.status!r}")
             if p.status == "accepted" and p.task is None:
                 raise ValueError("an accepted proposal needs its task")
-        with self.store._write() as s, s.begin():
+        with self.store.write() as s, s.begin():
             row = self._require(s, session_id, rnd, family)
             ids = dict(s.execute(select(TaskRow.task_key, TaskRow.id).where(TaskRow.session_id == session_id)).all())
             for p in proposals:
@@ -261,7 +261,7 @@ class CurriculumRecords:
             .where(TaskProposalRow.session_id == session_id)
             .order_by(TaskProposalRow.id)
         )
-        with self.store._read() as s:
+        with self.store.read() as s:
             return [
                 ProposalInfo(
                     p.id, p.round, pk, p.proposer, p.status, p.question, p.answer, p.justification, p.reason_code,
@@ -272,7 +272,7 @@ class CurriculumRecords:
 
     def proposal_counts(self, session_id: int) -> dict[str, int]:
         """``{"accepted": n, "rejected": m}`` for the session."""
-        with self.store._read() as s:
+        with self.store.read() as s:
             rows = s.execute(
                 select(TaskProposalRow.status, func.count())
                 .where(TaskProposalRow.session_id == session_id)

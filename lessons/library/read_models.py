@@ -24,7 +24,6 @@ from typing import Any
 from sqlalchemy import case, func, inspect, select
 from sqlalchemy import text as sql_text
 
-from lessons.library.curation import CurationPolicy, CurationResult, Provenance, TokenCounter
 from lessons.db.schema import (
     LESSON_STATUSES,
     EpisodeRow,
@@ -36,11 +35,12 @@ from lessons.db.schema import (
     SessionRow,
     TaskRow,
 )
+from lessons.library.curation import CurationPolicy, CurationResult, Provenance, TokenCounter
 from lessons.library.store import EventInfo, LessonInfo, LessonStore, StoreError, _lesson_info
+from lessons.outcomes import HELDOUT_AFTER, HELDOUT_BEFORE
 
 PAGE_SIZE = 100  # lessons per page of the lessons table
 SEARCH_LIMIT = 200  # at most this many search results
-HELDOUT_BEFORE, HELDOUT_AFTER = "heldout_before", "heldout_after"  # evaluation names written by arena.session.runner
 TUI_ORIGIN = "tui"  # ``origin.by`` of the events the TUI writes
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -233,7 +233,7 @@ class ArenaData:
         Max ids (indexed) plus per-session status and lesson ``updated_at``, so polling every
         few seconds costs a handful of index lookups.
         """
-        with self.store._read() as s:  # noqa: SLF001 - read-only, one short transaction
+        with self.store.read() as s:  # noqa: SLF001 - read-only, one short transaction
             return (
                 s.scalar(select(func.max(SessionRow.id))),
                 s.scalar(select(func.count()).select_from(SessionRow).where(SessionRow.status == "running")),
@@ -246,14 +246,14 @@ class ArenaData:
 
     def is_empty(self) -> bool:
         """True when the library has no session and no lesson yet."""
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             return s.scalar(select(SessionRow.id).limit(1)) is None and s.scalar(select(LessonRow.id).limit(1)) is None
 
     # ----------------------------------------------------------------- sessions
 
     def sessions(self) -> list[SessionSummary]:
         """Every session, newest first, with its counts, mean reward and held-out pass@1."""
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             rows = s.execute(select(SessionRow).order_by(SessionRow.id.desc())).scalars().all()
             ep = dict(
                 (sid, (n, rnd))
@@ -303,7 +303,7 @@ class ArenaData:
 
     def episodes(self, session_id: int) -> list[EpisodeSummary]:
         """The session's episodes in recording order, each with its group's rewards."""
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             eps = s.execute(
                 select(EpisodeRow, TaskRow.task_key, TaskRow.family)
                 .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
@@ -350,7 +350,7 @@ class ArenaData:
         means = [
             sum(sum(g) for g in per_round[r]) / max(1, sum(len(g) for g in per_round[r])) for r in rounds
         ]
-        with store._read() as s:  # noqa: SLF001
+        with store.read() as s:  # noqa: SLF001
             cutoffs: dict[int, datetime] = {}
             for rnd, fin, ev_at in s.execute(
                 select(EpisodeRow.round, func.max(EpisodeRow.finished_at), func.max(LessonEventRow.created_at))
@@ -417,7 +417,7 @@ class ArenaData:
 
     def episode(self, episode_id: int) -> EpisodeDetail | None:
         """One episode with its rollouts, hint, lessons in context and curation ops; None if gone."""
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             row = s.execute(
                 select(EpisodeRow, TaskRow, SessionRow.name)
                 .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
@@ -475,7 +475,7 @@ class ArenaData:
             .where(where)
             .order_by(LessonEventRow.id)
         )
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             return [
                 EventInfo(
                     id=ev.id, lesson_id=lid, op=ev.op, before=ev.before, after=ev.after, rationale=ev.rationale,
@@ -489,7 +489,7 @@ class ArenaData:
 
     def families(self) -> list[str]:
         """The scopes present in the library (task families and ``global``), sorted."""
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             return sorted(s.scalars(select(LessonRow.scope).distinct()))
 
     def lesson_page(self, page: int = 0, status: str | None = None, family: str | None = None,
@@ -514,7 +514,7 @@ class ArenaData:
             q = q.where(LessonRow.status == status)
         if family is not None:
             q = q.where(LessonRow.scope == family)
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             total = int(s.scalar(q) or 0)
         pages = max(1, -(-total // page_size))
         page = min(max(0, page), pages - 1)
@@ -540,7 +540,7 @@ class ArenaData:
         if family is not None:
             filt += " AND l.scope = :family"
             params["family"] = family
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             if self.store.has_fts():
                 params["match"] = " AND ".join('"' + w.replace('"', '""') + '"*' for w in words)
                 sql = (
@@ -571,7 +571,7 @@ class ArenaData:
         les = self.store.get_lesson(lesson_id)
         if les is None:
             return None
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             row_id, src_ep = s.execute(
                 select(LessonRow.id, LessonRow.source_episode_id).where(LessonRow.lesson_id == lesson_id)
             ).one()
@@ -581,7 +581,7 @@ class ArenaData:
         if src_ep is not None:
             ep_ids.insert(0, src_ep)
         ep_ids = list(dict.fromkeys(ep_ids))
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             labels = {
                 eid: f"{name}/{key}"
                 for eid, name, key in s.execute(
@@ -592,7 +592,7 @@ class ArenaData:
             } if ep_ids else {}
         adapters: list[tuple[str, str]] = []
         if self.has_adapters():
-            with self.store._read() as s:  # noqa: SLF001
+            with self.store.read() as s:  # noqa: SLF001
                 adapters = [
                     (str(a), str(rel))
                     for a, rel in s.execute(
@@ -622,7 +622,7 @@ class ArenaData:
         later ``arena distill`` show up without restarting the TUI.
         """
         if not self._has_adapters:
-            with self.store._read() as s:  # noqa: SLF001
+            with self.store.read() as s:  # noqa: SLF001
                 names = set(inspect(s.connection()).get_table_names())
             self._has_adapters = {"adapters", "adapter_lessons"} <= names
         return bool(self._has_adapters)
@@ -637,7 +637,7 @@ class ArenaData:
 
         if not self.has_adapters():
             return None
-        with self.store._read() as s:  # noqa: SLF001
+        with self.store.read() as s:  # noqa: SLF001
             cols = {c["name"] for c in inspect(s.connection()).get_columns("adapters")}
             rows = [dict(m) for m in s.execute(sql_text("SELECT * FROM adapters ORDER BY id")).mappings()]
             links = s.execute(

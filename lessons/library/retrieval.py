@@ -28,9 +28,9 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from lessons.library.store import LessonInfo, LessonStore
 from lessons.ops import normalise_scope
 from lessons.similarity import STOP_WORDS, content_terms
-from lessons.library.store import LessonInfo, LessonStore
 
 ACTIVE_BONUS = 0.25  # an active lesson outranks an equally relevant candidate
 POOL = 32  # lessons taken from each of the two queries

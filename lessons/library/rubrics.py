@@ -163,10 +163,10 @@ class RubricStore:
         self._store = store
 
     def _read(self):
-        return self._store._read()
+        return self._store.read()
 
     def _write(self):
-        return self._store._write()
+        return self._store.write()
 
     @staticmethod
     def _task_id(s, session_id: int, task_key: str) -> int:

@@ -21,11 +21,11 @@ import re
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from types import SimpleNamespace
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 import snowballstemmer
@@ -39,14 +39,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
-from lessons.library.curation import (
-    CurationPolicy,
-    Curator,
-    Provenance,
-    TokenCounter,
-    apply_reflection,
-    approx_tokens,
-)
 from lessons.db.schema import (
     LESSON_STATUSES,
     LIVE_STATUSES,
@@ -65,7 +57,16 @@ from lessons.db.schema import (
     alembic_config,
     utcnow,
 )
+from lessons.library.curation import (
+    CurationPolicy,
+    Curator,
+    Provenance,
+    TokenCounter,
+    apply_reflection,
+    approx_tokens,
+)
 from lessons.ops import GLOBAL_SCOPE, Reflection, normalise_scope
+from lessons.outcomes import count_passes, passes
 
 _PORTER = snowballstemmer.stemmer("porter")  # the stemmer of FTS5's "porter" tokenizer (Porter 1980)
 
@@ -77,7 +78,6 @@ def _porter_stem(word: str) -> str:
 PRUNE_ABOVE = 2000  # lessons (by row id) above which retrieval prunes query terms by IDF
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another's lock before failing
-PASS_THRESHOLD = 1.0 - 1e-9  # a rollout / task passes when its reward is at least this
 
 _BEGIN_OPTION = "lesson_arena_sqlite_begin"  # execution option read by the "begin" listener
 
@@ -606,11 +606,12 @@ class LessonStore:
     def __repr__(self) -> str:
         return f"LessonStore({self._url.render_as_string(hide_password=True)!r})"
 
-    def _read(self) -> Session:
+    def read(self) -> Session:
+        """A read session (unit of work) for the repositories in :mod:`lessons.library`; close it after use."""
         return Session(self._engine)
 
-    def _write(self) -> Session:
-        """A session whose transaction starts with BEGIN IMMEDIATE on SQLite."""
+    def write(self) -> Session:
+        """A write session for the repositories in :mod:`lessons.library`: its transaction starts with BEGIN IMMEDIATE on SQLite."""
         return Session(self._write_engine)
 
     @staticmethod
@@ -636,7 +637,7 @@ class LessonStore:
         Raises:
             StoreError: a session with this name already exists.
         """
-        with self._write() as s, s.begin():
+        with self.write() as s, s.begin():
             if s.scalar(select(SessionRow.id).where(SessionRow.name == name)) is not None:
                 raise StoreError(f"session {name} already exists; use --resume {name} or pick another --session")
             row = SessionRow(name=name, config=dict(config), seed=int(seed), status="running")
@@ -646,7 +647,7 @@ class LessonStore:
 
     def get_session(self, name: str) -> SessionInfo | None:
         """The session called ``name``, or None."""
-        with self._read() as s:
+        with self.read() as s:
             row = s.scalar(select(SessionRow).where(SessionRow.name == name))
             return _session_info(row) if row is not None else None
 
@@ -664,7 +665,7 @@ class LessonStore:
         """
         if status not in SESSION_STATUSES:
             raise ValueError(f"session status must be one of {SESSION_STATUSES}, not {status!r}")
-        with self._write() as s, s.begin():
+        with self.write() as s, s.begin():
             row = self._require_session(s, session_id)
             row.status = status
             row.finished_at = None if status == "running" else utcnow()
@@ -678,7 +679,7 @@ class LessonStore:
             now: the time to name the session after; None: the current local time.
         """
         base = f"run-{(now or datetime.now()):%Y%m%d-%H%M%S}"
-        with self._read() as s:
+        with self.read() as s:
             taken = set(s.scalars(select(SessionRow.name).where(SessionRow.name.startswith(base, autoescape=True))))
         name, n = base, 1
         while name in taken:
@@ -695,7 +696,7 @@ class LessonStore:
             q = q.where(SessionRow.name == session)
         if split is not None:
             q = q.where(TaskRow.split == split)
-        with self._read() as s:
+        with self.read() as s:
             return [
                 TaskInfo(name, t.task_key, t.family, t.split, t.question, t.answer) for t, name in s.execute(q).all()
             ]
@@ -720,7 +721,7 @@ class LessonStore:
         for t in tasks:
             if t.split not in SPLITS:
                 raise ValueError(f"task {t.task_key}: split must be one of {SPLITS}, not {t.split!r}")
-        with self._write() as s, s.begin():
+        with self.write() as s, s.begin():
             self._require_session(s, session_id)
             ids: dict[str, int] = {
                 key: task_id
@@ -751,7 +752,7 @@ class LessonStore:
 
     def finished_episode_keys(self, session_id: int) -> set[str]:
         """The keys of every episode recorded for the session (a resumed session skips them)."""
-        with self._read() as s:
+        with self.read() as s:
             return set(s.scalars(select(EpisodeRow.episode_key).where(EpisodeRow.session_id == session_id)))
 
     def record_episode(self, rec: EpisodeRecord) -> EpisodeResult | None:
@@ -795,7 +796,7 @@ class LessonStore:
                 "error": rec.reflection_error,
             }
 
-        with self._write() as s, s.begin():
+        with self.write() as s, s.begin():
             self._require_session(s, rec.session_id)
             exists = s.scalar(
                 select(EpisodeRow.id).where(
@@ -883,7 +884,7 @@ class LessonStore:
         """Create or reuse the episode's hint, link its guided rollouts, update its counters."""
         assert rec.hint is not None
         guided = [r for r in rollouts if r.guided]
-        success = any(r.reward is not None and r.reward >= 1.0 - 1e-9 for r in guided)
+        success = any(passes(r.reward) for r in guided)
         if rec.hint.hint_id is not None:
             hint = s.get(HintRow, rec.hint.hint_id)
             if hint is None or hint.task_id != task_id:
@@ -916,7 +917,7 @@ class LessonStore:
         success rate (then the newest); a hint used ``max_failures`` times without a single
         guided success is not reused, so a new one gets written.
         """
-        with self._read() as s:
+        with self.read() as s:
             rows = s.execute(
                 select(HintRow, TaskRow.task_key)
                 .join(TaskRow, HintRow.task_id == TaskRow.id)
@@ -933,12 +934,12 @@ class LessonStore:
         q = select(HintRow, TaskRow.task_key).join(TaskRow, HintRow.task_id == TaskRow.id).order_by(HintRow.id)
         if session_id is not None:
             q = q.where(TaskRow.session_id == session_id)
-        with self._read() as s:
+        with self.read() as s:
             return [_hint_info(h, k) for h, k in s.execute(q).all()]
 
     def group_outcomes(self, session_id: int) -> list[GroupOutcome]:
         """Every recorded episode's unguided and guided rewards, in episode order."""
-        with self._read() as s:
+        with self.read() as s:
             rows = s.execute(
                 select(EpisodeRow.id, EpisodeRow.round, TaskRow.task_key, RolloutRow.guided, RolloutRow.reward)
                 .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
@@ -972,7 +973,7 @@ class LessonStore:
         if family is not None:
             q = q.where(LessonRow.scope.in_([normalise_scope(family), GLOBAL_SCOPE]))
         q = q.order_by((LessonRow.status == "active").desc(), LessonRow.rank_score.desc(), LessonRow.created_at, LessonRow.id)
-        with self._read() as s:
+        with self.read() as s:
             return [_lesson_info(row) for row in s.scalars(q)]
 
     def active_lessons(self, family: str | None) -> list[LessonInfo]:
@@ -1000,13 +1001,13 @@ class LessonStore:
         q = q.order_by(LessonRow.id).offset(offset)
         if limit is not None:
             q = q.limit(limit)
-        with self._read() as s:
+        with self.read() as s:
             return [_lesson_info(row) for row in s.scalars(q)]
 
     def has_fts(self) -> bool:
         """Whether the FTS5 index ``lessons_fts`` exists (SQLite with revision 0003)."""
         if self._fts is None:
-            with self._read() as s:
+            with self.read() as s:
                 self._fts = bool(
                     self._is_sqlite
                     and s.execute(sql_text("SELECT 1 FROM sqlite_master WHERE type='table' AND name='lessons_fts'")).first()
@@ -1063,7 +1064,7 @@ class LessonStore:
             sql += f" AND l.status IN ({', '.join(names)})"
             params.update({f"st{i}": st for i, st in enumerate(statuses)})
         sql += " ORDER BY bm25(lessons_fts) LIMIT :limit"
-        with self._read() as s:
+        with self.read() as s:
             hits = s.execute(sql_text(sql), params).all()
             if not hits:
                 return []
@@ -1074,7 +1075,7 @@ class LessonStore:
         """The query words worth searching (see :meth:`search_lessons`), rarest first."""
         if not terms or not self.has_fts():
             return []
-        with self._read() as s:
+        with self.read() as s:
             top = s.scalar(select(func.max(LessonRow.id))) or 0
             if top <= PRUNE_ABOVE:  # small library: every term, matching is cheap
                 return terms
@@ -1096,7 +1097,7 @@ class LessonStore:
         scope in one query.
         """
         t = _LESSONS.c
-        with self._read() as s:
+        with self.read() as s:
             if family is None:
                 q = select(_LESSONS).where(t.status.in_(statuses)).order_by(t.rank_score.desc(), t.id).limit(limit)
                 return [_lesson_info(m) for m in s.execute(q).mappings()]
@@ -1115,20 +1116,20 @@ class LessonStore:
     def library_tokens_used(self) -> int:
         """Solver tokens held by the live lessons (uncounted ones estimated with :attr:`count_tokens`)."""
         count = self.count_tokens or approx_tokens
-        with self._read() as s:
+        with self.read() as s:
             known = s.scalar(select(func.coalesce(func.sum(LessonRow.tokens), 0)).where(LessonRow.status.in_(LIVE_STATUSES)))
             unknown = s.scalars(select(LessonRow.text).where(LessonRow.status.in_(LIVE_STATUSES), LessonRow.tokens.is_(None)))
             return int(known or 0) + sum(count(t) for t in unknown)
 
     def count_lessons(self) -> dict[str, int]:
         """Number of lessons per status (every status present, 0 when none)."""
-        with self._read() as s:
+        with self.read() as s:
             counts = dict(s.execute(select(LessonRow.status, func.count()).group_by(LessonRow.status)).all())
         return {st: int(counts.get(st, 0)) for st in LESSON_STATUSES}
 
     def get_lesson(self, lesson_id: str) -> LessonInfo | None:
         """The lesson with this readable id (e.g. ``"chain_sum-00012"``), or None."""
-        with self._read() as s:
+        with self.read() as s:
             row = s.scalar(select(LessonRow).where(LessonRow.lesson_id == lesson_id))
             return _lesson_info(row) if row is not None else None
 
@@ -1143,7 +1144,7 @@ class LessonStore:
         )
         if lesson_id is not None:
             q = q.where(LessonRow.lesson_id == lesson_id)
-        with self._read() as s:
+        with self.read() as s:
             return [
                 EventInfo(
                     id=ev.id,
@@ -1169,7 +1170,7 @@ class LessonStore:
             .where(LessonRow.lesson_id == lesson_id)
             .order_by(LessonUtilityRow.id)
         )
-        with self._read() as s:
+        with self.read() as s:
             return [
                 {
                     "n": u.n,
@@ -1185,13 +1186,13 @@ class LessonStore:
 
     def utility_samples(self, session_id: int) -> int:
         """Solver samples the session's utility A/Bs drew: 2 arms x n paired samples per measured lesson."""
-        with self._read() as s:
+        with self.read() as s:
             n = s.scalar(select(func.sum(LessonUtilityRow.n)).where(LessonUtilityRow.session_id == session_id))
         return 2 * int(n or 0)
 
     def utility_checks(self, session_id: int) -> set[int]:
         """The ``after_episodes`` marks of the session's utility checks already stored (resume skips them)."""
-        with self._read() as s:
+        with self.read() as s:
             return set(s.scalars(select(LessonUtilityRow.after_episodes).where(LessonUtilityRow.session_id == session_id)))
 
     @contextmanager
@@ -1207,7 +1208,7 @@ class LessonStore:
                 new_id = c.add("Check the sign of each term.", "chain_sum", status="active",
                                prov=Provenance(origin={"by": "cli"}))
         """
-        with self._write() as s, s.begin():
+        with self.write() as s, s.begin():
             yield Curator(s, self.curation_policy, self.count_tokens, now)
 
     # ----------------------------------------------------------------- evaluations
@@ -1240,21 +1241,21 @@ class LessonStore:
             StoreError: no such session.
         """
         n = len(rewards)
-        passes = sum(1 for r in rewards if r >= PASS_THRESHOLD)
+        k = count_passes(rewards)
         payload = dict(details)
         payload.setdefault("rewards", [float(r) for r in rewards])
         values = dict(
             split=split,
             with_lessons=bool(with_lessons),
             n=n,
-            passes=passes,
-            pass_at_1=passes / n if n else 0.0,
+            passes=k,
+            pass_at_1=k / n if n else 0.0,
             ci_lo=float(ci[0]),
             ci_hi=float(ci[1]),
             details=payload,
             created_at=utcnow(),
         )
-        with self._write() as s, s.begin():
+        with self.write() as s, s.begin():
             self._require_session(s, session_id)
             row = s.scalar(
                 select(EvaluationRow).where(EvaluationRow.session_id == session_id, EvaluationRow.name == name)
@@ -1268,7 +1269,7 @@ class LessonStore:
     def evaluations(self, session_id: int) -> dict[str, EvaluationInfo]:
         """The session's evaluations by name, in the order they were first recorded."""
         q = select(EvaluationRow).where(EvaluationRow.session_id == session_id).order_by(EvaluationRow.id)
-        with self._read() as s:
+        with self.read() as s:
             return {row.name: _evaluation_info(row) for row in s.scalars(q)}
 
     # ----------------------------------------------------------------- stats
@@ -1285,7 +1286,7 @@ class LessonStore:
             with a ``reflection_error``).
         """
         in_session = EpisodeRow.session_id == session_id
-        with self._read() as s:
+        with self.read() as s:
             episodes = s.scalar(select(func.count()).select_from(EpisodeRow).where(in_session)) or 0
             rollouts = s.scalar(select(func.count(RolloutRow.id)).join(EpisodeRow).where(in_session)) or 0
             guided = (
@@ -1325,7 +1326,7 @@ class LessonStore:
             .where(EpisodeRow.session_id == session_id)
             .group_by(EpisodeRow.round)
         )
-        with self._read() as s:
+        with self.read() as s:
             return {int(rnd): int(n) for rnd, n in s.execute(q)}
 
     def round_rewards(self, session_id: int) -> dict[int, list[list[float]]]:
@@ -1342,7 +1343,7 @@ class LessonStore:
             .order_by(EpisodeRow.round, EpisodeRow.id, RolloutRow.idx, RolloutRow.id)
         )
         groups: dict[int, dict[int, list[float]]] = {}
-        with self._read() as s:
+        with self.read() as s:
             for rnd, episode_id, reward in s.execute(q):
                 groups.setdefault(rnd, {}).setdefault(episode_id, []).append(reward)
         return {rnd: list(by_episode.values()) for rnd, by_episode in groups.items()}

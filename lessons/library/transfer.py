@@ -34,10 +34,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy import select
 
+from lessons.db.schema import (
+    LESSON_OPS,
+    LESSON_STATUSES,
+    LIVE_STATUSES,
+    EpisodeRow,
+    LessonEventRow,
+    LessonRow,
+    SessionRow,
+)
 from lessons.library.curation import CurationError, Provenance
-from lessons.db.schema import LESSON_OPS, LESSON_STATUSES, LIVE_STATUSES, EpisodeRow, LessonEventRow, LessonRow, SessionRow
-from lessons.ops import check_scope, clean_lesson_text
 from lessons.library.store import LessonStore
+from lessons.ops import check_scope, clean_lesson_text
 
 FORMAT = "lesson-arena/lesson"
 VERSION = 1
@@ -143,7 +151,7 @@ def _iso(dt: datetime) -> str:
 
 def export_lines(store: LessonStore) -> Iterator[str]:
     """One JSON line per lesson (oldest first) with its whole history."""
-    with store._read() as s:  # noqa: SLF001 - one read transaction for a consistent export
+    with store.read() as s:  # noqa: SLF001 - one read transaction for a consistent export
         lessons = s.scalars(select(LessonRow).order_by(LessonRow.id)).all()
         ids = {row.id: row.lesson_id for row in lessons}
         episodes = {

@@ -23,13 +23,13 @@ from agents.roles.proposer import (
     propose_task,
 )
 from arena.config import SessionConfig
-from arena.session.curriculum import DifficultyLadder, band_action, step_slot, step_tag
-from arena.tasks.extract import extract_answer, normalise_text
 from arena.episode.graph import Roles
+from arena.session.curriculum import DifficultyLadder, band_action, step_slot, step_tag
 from arena.session.runner import run_session
 from arena.tasks.core import Task, answers_match, load_tasks, parse_family_spec, score
-from lessons.library.curriculum import CurriculumRecords
+from arena.tasks.extract import extract_answer, normalise_text
 from lessons.db.schema import alembic_config
+from lessons.library.curriculum import CurriculumRecords
 from lessons.library.store import LessonStore
 
 EASY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"

@@ -17,12 +17,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from agents.backends.fake import FakePolicy
 from agents.backends.local import LocalPolicy
 from arena.config import SessionConfig
-from arena.session.cycles import cycle_adapters, cycle_rounds, eval_name
 from arena.episode.graph import Roles
+from arena.session.cycles import cycle_adapters
 from arena.session.runner import run_session
 from arena.tasks.core import load_tasks
 from lessons.library.adapters import AdapterStore
 from lessons.library.store import LessonStore
+from lessons.outcomes import eval_name
 from tests.arena.test_distill import make_tiny
 
 

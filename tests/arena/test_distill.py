@@ -20,15 +20,7 @@ from agents.roles.solver import (
     solver_messages,
     strip_lessons_section,
 )
-from lessons.library.adapters import AdapterRecord, AdapterStore, TrainingRollout
-from arena.distill.weights import (
-    AdapterError,
-    AdapterSidecar,
-    base_fingerprint,
-    check_adapter_dir,
-    read_sidecar,
-    save_adapter,
-)
+from arena.distill.config import DistillConfig, TrainConfig
 from arena.distill.data import (
     DistillExample,
     NoTrainingData,
@@ -36,7 +28,6 @@ from arena.distill.data import (
     importance_weights,
     require_examples,
 )
-from arena.distill.config import DistillConfig, TrainConfig
 from arena.distill.trainer import (
     EncodedExample,
     TrainingError,
@@ -47,6 +38,15 @@ from arena.distill.trainer import (
     train,
     warmup_cosine,
 )
+from arena.distill.weights import (
+    AdapterError,
+    AdapterSidecar,
+    base_fingerprint,
+    check_adapter_dir,
+    read_sidecar,
+    save_adapter,
+)
+from lessons.library.adapters import AdapterRecord, AdapterStore, TrainingRollout
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -342,8 +342,8 @@ def test_adapter_dir_checks(tiny_dir, tmp_path):
 def test_register_adapter_marks_lessons_distilled_and_retrieval_excludes_them(tmp_path):
     from arena.episode.graph import retrieve_for_task
     from arena.tasks.core import Task
-    from lessons.ops import AddOp, Reflection
     from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord, StoreError
+    from lessons.ops import AddOp, Reflection
 
     store = LessonStore(str(tmp_path / "arena.db"))
     sid = store.create_session("s", {}, 0)

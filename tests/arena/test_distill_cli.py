@@ -19,8 +19,8 @@ import pytest
 from agents.roles.solver import LessonView, render_lessons, solver_messages
 from arena.config import SessionConfig
 from arena.tasks.core import load_tasks
-from lessons.ops import AddOp, Reflection
 from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
+from lessons.ops import AddOp, Reflection
 from tests.arena.test_distill import make_tiny
 
 LESSON = "Add the numbers from left to right, keeping the sign of each term."
@@ -153,8 +153,8 @@ def test_distill_then_eval_end_to_end(db, tiny, tmp_path, arena_inproc):
 
 
 def test_sft_objective_uses_unguided_successes_only(db, tiny):
-    from arena.distill.pipeline import run_distill
     from arena.distill.config import DistillConfig, TrainConfig
+    from arena.distill.pipeline import run_distill
 
     with LessonStore(str(db)) as store:
         out = run_distill(store, str(db), "demo", DistillConfig(objective="sft", eval_max_tokens=2,
@@ -174,9 +174,9 @@ def test_no_eligible_data_is_one_line_and_writes_nothing(tmp_path, tiny, arena_i
 
 
 def test_failed_registration_leaves_no_adapter_behind(db, tiny, tmp_path, monkeypatch):
+    from arena.distill.config import DistillConfig, TrainConfig
     from arena.distill.pipeline import run_distill
     from lessons.library.adapters import AdapterStore
-    from arena.distill.config import DistillConfig, TrainConfig
 
     def boom(self, rec):
         raise KeyboardInterrupt

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 from agents.backends.fake import FakePolicy
 from arena.config import ConfigError, SessionConfig
 from arena.episode.graph import Roles
-from arena.session.online_rubrics import ONLINE_SYSTEM
 from arena.episode.rewards import check_reward_tasks
+from arena.session.online_rubrics import ONLINE_SYSTEM
 from arena.session.runner import run_session
 from arena.tasks.core import load_tasks
 from lessons.db.schema import RolloutRow, alembic_config

@@ -19,8 +19,8 @@ from agents.roles.rubric import (
     judge_implicit,
 )
 from arena.episode.calibration import calibration_report, expected_calibration_error
-from arena.session.online_rubrics import criterion_similarity, dedupe_criteria, propose_criteria
 from arena.episode.rewards import HackConfig, detect_hacks
+from arena.session.online_rubrics import criterion_similarity, dedupe_criteria, propose_criteria
 from arena.tasks.core import BUILTIN_RUBRIC_TASKS, TaskError, has_verifier, load_tasks_file
 
 

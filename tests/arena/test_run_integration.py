@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from lessons.text import contains_token
 from agents.roles.solver import SOLVER_SYSTEM
-from arena.tasks.extract import extract_answer
 from arena.tasks.core import load_tasks, score
+from arena.tasks.extract import extract_answer
 from lessons.db.schema import EpisodeRow, RolloutRow, TaskRow
+from lessons.text import contains_token
 
 pytestmark = pytest.mark.slow
 

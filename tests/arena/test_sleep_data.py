@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from arena.distill.data import build_dataset, data_report, guided_log_ratio, mentions_hint, screen_implausible
 from arena.stats import mcnemar_exact, paired_comparison, paired_difference_interval
 from lessons.library.adapters import TrainingRollout
-from arena.distill.data import build_dataset, data_report, guided_log_ratio, mentions_hint, screen_implausible
 
 HINT = "The correct final answer is 42. Work out the steps that lead to it, then give it on the last line as <answer>42</answer>."
 

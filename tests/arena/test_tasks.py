@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from arena.tasks.extract import normalise_text
 from arena.tasks.core import (
     FamilySpec,
     Task,
@@ -21,6 +20,7 @@ from arena.tasks.core import (
     score,
     verifier_feedback,
 )
+from arena.tasks.extract import normalise_text
 
 EASY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=1"
 

@@ -9,9 +9,9 @@ import pytest
 from lesson_texts import DISTINCT_LESSONS
 
 from lessons.library.curation import CurationError, CurationPolicy, Provenance
+from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
 from lessons.ops import AddOp, EditOp, LessonTag, MergeOp, Reflection, RetireOp
 from lessons.similarity import similarity
-from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
 
 
 def words(text: str) -> int:

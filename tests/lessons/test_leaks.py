@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from lessons.library.leaks import find_leaks
-from lessons.ops import AddOp, Reflection
 from lessons.library.store import EpisodeRecord, HintRecord, LessonStore, RolloutRecord
+from lessons.ops import AddOp, Reflection
 
 PREFIX = "State the final answer to the following arithmetic problem: "
 

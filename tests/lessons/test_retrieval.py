@@ -9,8 +9,8 @@ import pytest
 from lesson_texts import DISTINCT_LESSONS
 
 from agents.roles.solver import LessonView, render_lessons
-from lessons.library.curation import Provenance
 from arena.episode.prompt import retrieve
+from lessons.library.curation import Provenance
 from lessons.library.retrieval import bm25_scan, combine, query_terms, rank_lessons
 from lessons.library.store import LessonStore
 from lessons.text import neutralise_lesson

@@ -14,7 +14,6 @@ import pytest
 from lesson_texts import DISTINCT_LESSONS
 from sqlalchemy import event
 
-from lessons.ops import AddOp, LessonTag, Reflection
 from lessons.library.store import (
     EpisodeRecord,
     LessonStore,
@@ -22,6 +21,7 @@ from lessons.library.store import (
     StoreError,
     normalise_lesson_text,
 )
+from lessons.ops import AddOp, LessonTag, Reflection
 
 # --------------------------------------------------------------------------- helpers
 

@@ -11,10 +11,10 @@ import pytest
 from lesson_texts import DISTINCT_LESSONS
 
 from lessons.library.curation import Provenance
-from lessons.ops import AddOp, EditOp, Reflection
 from lessons.library.provenance import build_graph, lineage, subgraph_for, to_dot, write_graph
 from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
 from lessons.library.transfer import TransferError, export_lessons, import_lessons
+from lessons.ops import AddOp, EditOp, Reflection
 
 CLI = Provenance(origin={"by": "cli"})
 

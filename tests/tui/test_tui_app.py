@@ -12,6 +12,7 @@ import tui_fixture
 from lesson_texts import DISTINCT_LESSONS
 from rich.console import Console
 from test_tui_data import add_adapter_tables
+from textual.widgets import DataTable, Input, Static, TextArea
 
 from lessons.library.curation import Provenance
 from lessons.library.store import LessonStore
@@ -23,7 +24,6 @@ from tui.screens.modals import EditLessonModal, HelpModal, RetireModal
 from tui.screens.notice import NoticeScreen
 from tui.screens.session import SessionScreen
 from tui.screens.sessions import SessionsScreen
-from textual.widgets import DataTable, Input, Static, TextArea
 
 SIZE = (140, 40)
 pytestmark = pytest.mark.anyio  # async tests run by anyio's pytest plugin (asyncio backend)

@@ -9,8 +9,8 @@ import pytest
 import tui_fixture
 
 from lessons.library.curation import CurationError, Provenance
-from lessons.library.store import LessonStore
 from lessons.library.read_models import ArenaData, DatabaseProblem, open_store
+from lessons.library.store import LessonStore
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from lessons.library.curation import Provenance
-from lessons.ops import AddOp, LessonTag, Reflection
 from lessons.library.store import EpisodeRecord, HintRecord, LessonStore, RolloutRecord
+from lessons.ops import AddOp, LessonTag, Reflection
 
 T0 = datetime(2025, 3, 14, 9, 0, tzinfo=UTC)  # every timestamp is T0 + k minutes
 LESSON_TEXT = "Add the numbers from left to right and check each carry."

@@ -15,8 +15,8 @@ from lessons.library.store import StoreError
 from tui.messages import DataChanged
 
 if TYPE_CHECKING:
-    from tui.app import ArenaApp
     from lessons.library.read_models import ArenaData
+    from tui.app import ArenaApp
 
 USER_ERRORS = (SQLAlchemyError, StoreError, CurationError, ValueError)
 

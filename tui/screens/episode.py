@@ -12,6 +12,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static
 
 from lessons.library.read_models import EpisodeDetail, RolloutView
+from lessons.outcomes import passes
 from tui.screens.base import DataScreen
 from tui.screens.session import fmt_rewards
 
@@ -26,7 +27,7 @@ def rollout_panel(r: RolloutView) -> Panel:
         Text(f"critique: {r.critique}", style="italic"),
         Text(f"{r.completion_tokens} tokens, finish {r.finish_reason}", style="dim"),
     )
-    style = "dim" if r.reward is None else "green" if r.reward >= 1.0 - 1e-9 else ("yellow" if r.reward > 0 else "red")
+    style = "dim" if r.reward is None else "green" if passes(r.reward) else ("yellow" if r.reward > 0 else "red")
     return Panel(body, title=title, title_align="left", border_style=style)
 
 
