@@ -22,6 +22,33 @@ def test_console_script_is_declared():
     assert set(meta["tool"]["setuptools"]["packages"]) >= {"arena", "agents", "lessons", "tui"}
 
 
+def test_every_package_directory_is_declared():
+    """pyproject's explicit package list names every package directory of ours, and nothing else.
+
+    A subpackage missing from the list is left out of a wheel (and of a non-editable install)."""
+    import tomllib
+
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())
+    on_disk = {
+        ".".join(init.parent.relative_to(REPO).parts)
+        for top in ("arena", "agents", "lessons", "tui")
+        for init in (REPO / top).rglob("__init__.py")
+    }
+    assert set(meta["tool"]["setuptools"]["packages"]) == on_disk
+
+
+def test_package_data_globs_match_files():
+    """Every package-data pattern (migration template, shipped task files, the TUI's stylesheet) finds its files."""
+    import tomllib
+
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())
+    data = meta["tool"]["setuptools"]["package-data"]
+    assert data, "no package data declared"
+    for package, patterns in data.items():
+        for pattern in patterns:
+            assert list((REPO / package.replace(".", "/")).glob(pattern)), f"{package}: {pattern} matches nothing"
+
+
 def _ui_imports(path: Path) -> list[tuple[str, str | None]]:
     """(module, enclosing function) of every import of textual or tui in a file."""
     import ast
