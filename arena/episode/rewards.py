@@ -16,10 +16,10 @@ verifier or the judge's own critique contradicts, an answer without work where w
 required, or a response that repeats the rubric's wording. Flagged rollouts are kept out of
 reflection and (through :func:`lessons.library.rubrics.eligible_for_training`) out of distillation.
 
-A grade is a JSON-friendly dict (it lives in the checkpointed graph state):
-``reward`` (float in [0, 1] or None), ``extracted_answer``, ``critique``, and for rubric grades
-``graded``, ``reward_kind``, ``rubric_id``, ``verdicts`` ([{"criterion_id", "met", "reason"}]),
-``failed_criteria`` (titles), ``judge_rating``, ``verifier_reward``, ``hack_flags``.
+A grade is a JSON-friendly :class:`arena.episode.state.GradeEntry` (it lives in the checkpointed
+graph state): ``reward`` (float in [0, 1] or None), ``extracted_answer``, ``critique``, and for
+rubric grades ``graded``, ``reward_kind``, ``rubric_id``, ``verdicts`` ([{"criterion_id", "met",
+"reason"}]), ``failed_criteria`` (titles), ``judge_rating``, ``verifier_reward``, ``hack_flags``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from agents.policy import Completion, Policy
 from agents.roles.critic import grade_group
 from agents.roles.rubric import Criterion, criterion_body, failed_criteria, judge_explicit, judge_implicit
+from arena.episode.state import GradeEntry
 from arena.tasks.core import Task, has_verifier, score, verifier_feedback
 from arena.tasks.extract import extract_answer
 
@@ -44,8 +45,8 @@ class RewardStrategy(Protocol):
 
     kind: str  # one of REWARD_KINDS
 
-    def grade(self, task: Task, completions: Sequence[Completion], session_id: int, seed: int | None = None) -> list[dict[str, Any]]:
-        """One grade dict per completion, in order (see the module docstring for the keys)."""
+    def grade(self, task: Task, completions: Sequence[Completion], session_id: int, seed: int | None = None) -> list[GradeEntry]:
+        """One grade per completion, in order (see the module docstring for the keys)."""
         ...
 
 
@@ -57,7 +58,7 @@ class VerifierReward:
     def __init__(self, critic: Policy | None = None) -> None:
         self.critic = critic
 
-    def grade(self, task: Task, completions: Sequence[Completion], session_id: int, seed: int | None = None) -> list[dict[str, Any]]:
+    def grade(self, task: Task, completions: Sequence[Completion], session_id: int, seed: int | None = None) -> list[GradeEntry]:
         grades = grade_group(
             completions,
             extract=extract_answer,
@@ -217,8 +218,8 @@ class RubricReward:
         self.max_tokens = max_tokens
         self.retries = retries
 
-    def grade_one(self, task: Task, rubric: RubricView, text: str, finish_reason: str = "stop", seed: int | None = None) -> dict[str, Any]:
-        """Judge one completion against ``rubric``; the grade dict (see the module docstring)."""
+    def grade_one(self, task: Task, rubric: RubricView, text: str, finish_reason: str = "stop", seed: int | None = None) -> GradeEntry:
+        """Judge one completion against ``rubric``; its grade (see the module docstring)."""
         judge = judge_explicit if self.mode == "explicit" else judge_implicit
         reference = task.metadata.get("reference") or None
         res = judge(self.judge, task.question, text, rubric.criteria, reference=reference,
@@ -255,7 +256,7 @@ class RubricReward:
             "judge_error": res.error,
         }
 
-    def grade(self, task: Task, completions: Sequence[Completion], session_id: int, seed: int | None = None) -> list[dict[str, Any]]:
+    def grade(self, task: Task, completions: Sequence[Completion], session_id: int, seed: int | None = None) -> list[GradeEntry]:
         """Judge each completion of the group (one judge call each, plus a retry where needed)."""
         rubric = self.rubric_for(session_id, task)
         if rubric is None:

@@ -1,0 +1,100 @@
+"""What the episode graph's nodes need beyond the state: the run's context (LangGraph ``context_schema``).
+
+The context holds the roles' policies, the lesson store, the task table, the sampling settings
+and the reward strategy. It is passed to every run of the graph (``graph.invoke(..., context=ctx)``
+or through :class:`arena.episode.graph.EpisodeGraph`) and never enters a checkpoint: a resumed
+session rebuilds it from its config and continues from the checkpointed state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agents.policy import Policy
+from arena.episode.rewards import RewardStrategy, VerifierReward
+from arena.tasks.core import Task
+from lessons.library.rubrics import RubricStore
+from lessons.library.store import LessonStore
+
+
+@dataclass
+class Roles:
+    """The policies behind the roles. ``critic`` None: the verifier alone writes critiques; ``proposer`` None: the teacher's."""
+
+    solver: Policy
+    teacher: Policy
+    critic: Policy | None = None
+    proposer: Policy | None = None  # writes proposed tasks (arena.session.curriculum); None: the teacher proposes
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """Sampling settings of an episode (a slice of the session config)."""
+
+    rollouts: int = 8  # group size k
+    temperature: float = 0.8  # solver sampling temperature
+    max_tokens: int = 96  # solver completion cap, tokens
+    lesson_tokens: int = 512  # budget of the lessons section in the solver prompt, solver tokens
+    teacher_temperature: float = 0.3  # teacher sampling temperature
+    teacher_max_tokens: int = 192  # teacher reply cap, tokens
+    success_threshold: float = 1.0  # a rollout succeeds when its reward >= this; a group whose best is below is all-fail
+    hint_modes: tuple[str, ...] = ("feedback", "answer")  # hint parts for all-fail groups; () disables hints
+    hint_max_tokens: int = 96  # cap on a teacher-written plan, tokens
+    include_flagged: bool = False  # show reward-hack-flagged rollouts to the teacher's reflection
+    exclude_lessons: tuple[str, ...] = ()  # lessons distilled into the solver's adapter: kept out of its prompt
+    adapter_id: str | None = None  # readable id of the solver's adapter (recorded on every rollout); None: base model
+    reflect: bool = True  # the teacher reflects on each group; False: no lessons are written (weight-only learning)
+
+
+@dataclass(frozen=True)
+class EpisodeContext:
+    """The run context of the episode graph (``StateGraph(EpisodeState, context_schema=EpisodeContext)``).
+
+    Attributes:
+        roles: solver, teacher and optional critic policies.
+        store: the lesson store (read by ``retrieve_lessons`` and ``reflect``, written by ``curate``).
+        tasks: task_key → :class:`Task`; the verifier and reference answer stay here, out of the
+            state. The session's curriculum adds proposed tasks to the same mapping.
+        settings: sampling settings.
+        reward: the reward strategy of the grade nodes (:mod:`arena.episode.rewards`).
+        rubric_store: where ``curate`` stores rubric grading (verdicts, status, hack flags);
+            needed with a rubric reward, None otherwise.
+    """
+
+    roles: Roles
+    store: LessonStore
+    tasks: Mapping[str, Task]
+    settings: EpisodeSettings
+    reward: RewardStrategy
+    rubric_store: RubricStore | None = None
+
+    @classmethod
+    def create(
+        cls,
+        roles: Roles,
+        store: LessonStore,
+        tasks: Mapping[str, Task],
+        settings: EpisodeSettings,
+        reward: RewardStrategy | None = None,
+        rubric_store: RubricStore | None = None,
+    ) -> EpisodeContext:
+        """The context of a session's episodes.
+
+        Args:
+            roles, store, tasks, settings, rubric_store: as the attributes.
+            reward: the reward strategy; None: the verifier, with ``roles.critic``'s critiques.
+
+        Returns:
+            The context to pass to every run of the graph.
+        """
+        strategy = reward if reward is not None else VerifierReward(roles.critic)
+        return cls(roles, store, tasks, settings, strategy, rubric_store)
+
+    def task(self, task_key: str) -> Task:
+        """The task of an episode (``state["task_key"]``).
+
+        Raises:
+            KeyError: the key is not in :attr:`tasks`.
+        """
+        return self.tasks[task_key]

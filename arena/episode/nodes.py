@@ -1,0 +1,280 @@
+"""The episode graph's nodes and routers (wired in :mod:`arena.episode.graph`).
+
+Each node is a module-level function ``node(state, runtime) -> dict`` that reads the
+:class:`~arena.episode.state.EpisodeState`, takes what it needs beyond the state (policies, the
+store, tasks, settings, the reward strategy) from ``runtime.context`` (an
+:class:`~arena.episode.context.EpisodeContext`), and returns only the keys it writes.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from langgraph.runtime import Runtime
+
+from agents.roles.hints import FailedAttempt, write_hint
+from agents.roles.solver import guided_messages, solver_messages
+from agents.roles.teacher import LIBRARY_FULL_NOTE, RolloutView
+from agents.roles.teacher import reflect as teacher_reflect
+from arena.episode.context import EpisodeContext
+from arena.episode.prompt import retrieve_for_task
+from arena.episode.state import (
+    CompletionEntry,
+    EpisodeState,
+    GradeEntry,
+    GradeStatus,
+    HintEntry,
+    completion_entry,
+    to_completion,
+)
+from arena.tasks.core import has_verifier
+from lessons.library.rubrics import eligible_for_training
+from lessons.library.store import EpisodeRecord, HintRecord, RolloutRecord
+from lessons.ops import Reflection
+from lessons.outcomes import passes
+
+LIBRARY_FULL_FRACTION = 0.8  # the teacher is asked to merge/retire once the library holds this share of its budget
+
+
+# --------------------------------------------------------------------------- shared steps
+
+
+def _guided_seed(seed: int | None) -> int | None:
+    """The seed of the guided group: one past the episode's (None stays None)."""
+    return None if seed is None else seed + 1
+
+
+def _sample_group(ctx: EpisodeContext, messages: list[dict[str, str]], seed: int | None) -> list[CompletionEntry]:
+    """``settings.rollouts`` solver completions of one chat, each with its share of the call's latency."""
+    s = ctx.settings
+    t0 = time.perf_counter()
+    outs = ctx.roles.solver.sample(messages, n=s.rollouts, temperature=s.temperature, max_tokens=s.max_tokens, seed=seed)
+    latency = (time.perf_counter() - t0) / max(1, len(outs))
+    return [completion_entry(c, latency) for c in outs]
+
+
+def _grade_group(ctx: EpisodeContext, state: EpisodeState, completions: list[CompletionEntry],
+                 seed: int | None) -> list[GradeEntry]:
+    """The reward strategy's grades of a group, in order."""
+    comps = [to_completion(c) for c in completions]
+    return ctx.reward.grade(ctx.task(state["task_key"]), comps, state["session_id"], seed)
+
+
+def _no_reflection(error: str | None = None) -> dict:
+    """The ``reflect`` node's keys when nothing is reflected."""
+    return {"reflection": None, "reflection_raw": [], "rejected_ops": [], "reflection_error": error}
+
+
+def _usable(ctx: EpisodeContext, g: GradeEntry) -> bool:
+    """Ungraded rollouts and (by default) reward-hack-flagged ones are not reflected on."""
+    return eligible_for_training(GradeStatus.of(g), include_flagged=ctx.settings.include_flagged)
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def retrieve_lessons(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
+    """Put the task's lessons section into the solver's chat: writes ``lessons_shown`` and ``messages``."""
+    ctx = runtime.context
+    task = ctx.task(state["task_key"])
+    section, shown = retrieve_for_task(
+        ctx.store, task, ctx.settings.lesson_tokens, ctx.roles.solver.count_tokens, ctx.settings.exclude_lessons
+    )
+    return {"lessons_shown": shown, "messages": solver_messages(task.question, section)}
+
+
+def solve(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
+    """Sample the group of k rollouts at the episode's seed: writes ``completions``."""
+    return {"completions": _sample_group(runtime.context, state["messages"], state.get("seed"))}
+
+
+def grade(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
+    """Grade the group with the session's reward strategy: writes ``grades``."""
+    return {"grades": _grade_group(runtime.context, state, state["completions"], state.get("seed"))}
+
+
+def route_after_grade(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
+    """``hint`` for an all-fail group of a train task when hints are on, else ``reflect``.
+
+    Held-out tasks never get hints (they are not run through this graph at all, and the
+    router refuses them anyway). A rubric task needs a reference answer for hints.
+    """
+    ctx = runtime.context
+    task = ctx.task(state["task_key"])
+    best = max((g["reward"] for g in state["grades"] if g["reward"] is not None), default=0.0)
+    hintable = has_verifier(task) or bool(task.answer)
+    if ctx.settings.hint_modes and hintable and task.split == "train" and not passes(best, ctx.settings.success_threshold):
+        return "hint"
+    return "reflect"
+
+
+def hint(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
+    """Reuse this task's stored hint or have the teacher write one: writes ``hint`` and ``guided_messages``.
+
+    A hint the teacher could not write leaves ``hint`` None (the router then skips to ``reflect``).
+    """
+    ctx = runtime.context
+    task = ctx.task(state["task_key"])
+    modes = ctx.settings.hint_modes
+    stored = ctx.store.find_hint(state["session_id"], task.task_key, "+".join(modes))
+    h: HintEntry
+    if stored is not None:
+        h = {"mode": stored.mode, "text": stored.text, "hint_id": stored.id, "rejected": []}
+    else:
+        failed = [
+            FailedAttempt(c["text"], g["extracted_answer"], g["critique"])
+            for c, g in zip(state["completions"], state["grades"])
+        ]
+        written = write_hint(
+            ctx.roles.teacher, modes, task.question, failed, task.answer,
+            max_tokens=ctx.settings.hint_max_tokens, seed=state.get("seed"),
+        )
+        if written is None:
+            return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": []}
+        h = {"mode": written.mode, "text": written.text, "hint_id": None, "rejected": written.rejected}
+    return {"hint": h, "guided_messages": guided_messages(state["messages"], h["text"])}
+
+
+def route_after_hint(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
+    """``solve_guided`` when a hint was found or written, else ``reflect``."""
+    return "solve_guided" if state.get("hint") else "reflect"
+
+
+def solve_guided(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
+    """Sample the guided group (the hint in context) at the episode's seed + 1: writes ``guided_completions``."""
+    seed = _guided_seed(state.get("seed"))
+    return {"guided_completions": _sample_group(runtime.context, state["guided_messages"], seed)}
+
+
+def grade_guided(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
+    """Grade the guided group: writes ``guided_grades``."""
+    seed = _guided_seed(state.get("seed"))
+    return {"guided_grades": _grade_group(runtime.context, state, state["guided_completions"], seed)}
+
+
+def _rollout_views(ctx: EpisodeContext, state: EpisodeState) -> list[RolloutView]:
+    """What the teacher sees of the usable rollouts: the group's, then the guided group's."""
+    views = [
+        RolloutView(c["text"], g["reward"], g["critique"], failed_criteria=g.get("failed_criteria"))
+        for c, g in zip(state["completions"], state["grades"]) if _usable(ctx, g)
+    ]
+    views += [
+        RolloutView(c["text"], g["reward"], g["critique"], guided=True, failed_criteria=g.get("failed_criteria"))
+        for c, g in zip(state.get("guided_completions") or [], state.get("guided_grades") or []) if _usable(ctx, g)
+    ]
+    return views
+
+
+def reflect(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
+    """The teacher reflects on the group and proposes lesson ops.
+
+    Writes ``reflection`` (a :class:`lessons.ops.Reflection` dump or None), ``reflection_raw``,
+    ``reflection_error`` and ``rejected_ops``. Nothing is reflected with ``settings.reflect``
+    off (weight-only learning) or when no graded, unflagged rollout is left.
+    """
+    ctx = runtime.context
+    if not ctx.settings.reflect:
+        return _no_reflection()
+    views = _rollout_views(ctx, state)
+    if not views:
+        return _no_reflection("no graded, unflagged rollout to reflect on")
+    task = ctx.task(state["task_key"])
+    h = state.get("hint")
+    used, budget = ctx.store.library_tokens_used(), ctx.store.curation_policy.library_tokens
+    note = LIBRARY_FULL_NOTE.format(used=used, budget=budget) if used >= LIBRARY_FULL_FRACTION * budget else None
+    result = teacher_reflect(
+        ctx.roles.teacher,
+        task.family,
+        task.question,
+        views,
+        [(i, t) for i, t in state["lessons_shown"]],
+        reference_answer=task.answer,
+        temperature=ctx.settings.teacher_temperature,
+        max_tokens=ctx.settings.teacher_max_tokens,
+        seed=state.get("seed"),
+        hint=h["text"] if h else None,
+        library_note=note,
+    )
+    return {
+        "reflection": result.reflection.model_dump() if result.reflection else None,
+        "reflection_raw": result.raw,
+        "reflection_error": result.error,
+        "rejected_ops": result.rejected,
+    }
+
+
+def _rollout_records(state: EpisodeState, completions: list[CompletionEntry], grades: list[GradeEntry],
+                     messages: list[dict[str, str]], guided: bool, start: int) -> list[RolloutRecord]:
+    """The store records of one group's rollouts, numbered from ``start``."""
+    return [
+        RolloutRecord(
+            idx=start + i,
+            messages=messages,
+            completion=c["text"],
+            extracted_answer=g["extracted_answer"],
+            reward=g["reward"],
+            critique=g["critique"],
+            prompt_tokens=c["prompt_tokens"],
+            completion_tokens=len(c["token_ids"]) or max(1, len(c["text"].split())),
+            finish_reason=c["finish_reason"],
+            latency_s=c["latency_s"],
+            guided=guided,
+            token_ids=c["token_ids"] or None,
+            logprobs=c["logprobs"],
+            unguided_messages=state["messages"] if guided else None,
+        )
+        for i, (c, g) in enumerate(zip(completions, grades))
+    ]
+
+
+def _episode_error(state: EpisodeState) -> str | None:
+    """The episode's recorded error: the reflection's, the rejected ops and the hint's rejected parts, joined."""
+    error = state.get("reflection_error")
+    if state.get("rejected_ops"):
+        error = "; ".join(filter(None, [error, *state["rejected_ops"]]))
+    h = state.get("hint")
+    if h and h.get("rejected"):
+        error = "; ".join(filter(None, [error, *h["rejected"]]))
+    return error
+
+
+def curate(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
+    """Record the episode (rollouts, reflection, hint) and apply its lesson ops in one idempotent transaction.
+
+    With a rubric reward the rollouts' rubric grading is stored too. Writes ``episode_id`` and
+    ``lessons_added``; an episode already recorded (resumed after the write, before the
+    checkpoint) writes nothing and returns ``episode_id`` None.
+    """
+    ctx = runtime.context
+    task = ctx.task(state["task_key"])
+    h = state.get("hint")
+    rollouts = _rollout_records(state, state["completions"], state["grades"], state["messages"], False, 0)
+    if h:
+        rollouts += _rollout_records(
+            state, state["guided_completions"], state["guided_grades"], state["guided_messages"], True, len(rollouts)
+        )
+    result = ctx.store.record_episode(
+        EpisodeRecord(
+            session_id=state["session_id"],
+            episode_key=state["episode_key"],
+            round=state["round"],
+            task_key=task.task_key,
+            system_prompt=state["messages"][0]["content"],
+            lessons_in_context=[i for i, _ in state["lessons_shown"]],
+            rollouts=rollouts,
+            reflection=Reflection.model_validate(state["reflection"]) if state.get("reflection") else None,
+            reflection_raw="\n---\n".join(state.get("reflection_raw", [])),
+            reflection_error=_episode_error(state),
+            hint=HintRecord(h["mode"], h["text"], h["hint_id"]) if h else None,
+            started_at=datetime.fromisoformat(state["started_at"]) if state.get("started_at") else None,
+            finished_at=datetime.now(timezone.utc),
+            adapter_id=ctx.settings.adapter_id,
+        )
+    )
+    if ctx.rubric_store is not None and ctx.reward.kind != "verifier":  # idempotent: runs again on a resumed curate
+        all_grades = list(state["grades"]) + (list(state.get("guided_grades") or []) if h else [])
+        ctx.rubric_store.record_grading(state["session_id"], state["episode_key"], dict(enumerate(all_grades)))
+    if result is None:
+        return {"episode_id": None, "lessons_added": []}
+    return {"episode_id": result.episode_id, "lessons_added": list(result.lessons_added)}
