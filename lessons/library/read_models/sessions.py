@@ -3,7 +3,7 @@
 Each method opens its own short read transaction (:meth:`LessonStore.read`) and returns the
 frozen records of :mod:`lessons.library.read_models.views`. Audit-log events come from
 :meth:`LessonStore.lesson_events`; the life cycle replayed for the learning curve follows
-:func:`lessons.library.curation.replay_status`.
+:func:`lessons.library.life_cycle.replay_status`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from lessons.db.schema import (
     SessionRow,
     TaskRow,
 )
-from lessons.library.curation import REPLAY_OPS, StatusHistory, replay_status
+from lessons.library.life_cycle import REPLAY_OPS, StatusHistory, replay_status
 from lessons.library.read_models.views import (
     EpisodeDetail,
     EpisodeSummary,
@@ -159,7 +159,7 @@ class SessionReads:
         """Mean train reward and active-lesson count per round, and held-out pass@1 before/after.
 
         The active-lesson count at the end of round r replays the audit log with
-        :func:`lessons.library.curation.replay_status`: a lesson counts from its
+        :func:`lessons.library.life_cycle.replay_status`: a lesson counts from its
         ``created_at``, with its status at the cut-off, the latest event or finish time of
         the round's episodes.
         """
