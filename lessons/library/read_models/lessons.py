@@ -34,8 +34,8 @@ LINEAGE_OPS = ("ADD", "EDIT", "MERGE", "IMPORT")  # events whose episode is a so
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def check_status(status: str | None) -> None:
-    """Raise ``ValueError`` unless ``status`` is None or one of ``LESSON_STATUSES``."""
+def _check_status(status: str | None) -> None:
+    """:meth:`LessonStore.list_lessons`' check of ``status`` (same message), needed before the count."""
     if status is not None and status not in LESSON_STATUSES:
         raise ValueError(f"lesson status must be one of {', '.join(LESSON_STATUSES)}, not {status!r}")
 
@@ -73,7 +73,7 @@ class LessonReads:
         """
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
-        check_status(status)
+        _check_status(status)
         q = select(func.count()).select_from(LessonRow)
         if status is not None:
             q = q.where(LessonRow.status == status)

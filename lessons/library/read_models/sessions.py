@@ -47,7 +47,7 @@ class _Event(NamedTuple):
     created_at: datetime
 
 
-def as_utc(v: Any) -> datetime | None:
+def _as_utc(v: Any) -> datetime | None:
     """A timestamp from a raw SQL aggregate (SQLite returns text for max() of a datetime column).
 
     Args:
@@ -174,7 +174,7 @@ class SessionReads:
                 .where(EpisodeRow.session_id == session_id)
                 .group_by(EpisodeRow.round)
             ):
-                cutoffs[rnd] = max(t for t in (as_utc(fin), as_utc(ev_at)) if t is not None)
+                cutoffs[rnd] = max(t for t in (_as_utc(fin), _as_utc(ev_at)) if t is not None)
             lessons = s.execute(select(LessonRow.id, LessonRow.status, LessonRow.created_at)).all()
             events: dict[int, list[_Event]] = {}
             for lid, *cols, at in s.execute(
@@ -183,7 +183,7 @@ class SessionReads:
                 .where(LessonEventRow.op.in_(REPLAY_OPS))
                 .order_by(LessonEventRow.id)
             ):
-                events.setdefault(lid, []).append(_Event(*cols, as_utc(at)))
+                events.setdefault(lid, []).append(_Event(*cols, _as_utc(at)))
             evals = {
                 name: p
                 for name, p in s.execute(
@@ -194,7 +194,7 @@ class SessionReads:
                 )
             }
         history: dict[int, StatusHistory] = {lid: replay_status(status, events.get(lid, ())) for lid, status, _ in lessons}
-        created = {lid: as_utc(at) for lid, _, at in lessons}
+        created = {lid: _as_utc(at) for lid, _, at in lessons}
         active = [
             sum(1 for lid in history if created[lid] <= cutoffs[rnd] and history[lid].at(cutoffs[rnd]) == "active")
             for rnd in rounds
