@@ -86,7 +86,7 @@ class AdaptersScreen(DataScreen):
     def on_mount(self) -> None:
         self.sub_title = "adapters"
 
-    def fetch(self) -> list[AdapterView] | None:
+    def fetch(self) -> list[AdapterView]:
         return self.data.adapters()
 
     def show(self, adapters: list[AdapterView] | None) -> None:

@@ -5,20 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import SQLAlchemyError
 from textual import on, work
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
-from lessons.library.curation import CurationError
-from lessons.library.store import StoreError
+from lessons.library.read_models import USER_ERRORS
 from tui.messages import DataChanged
 
 if TYPE_CHECKING:
     from lessons.library.read_models import ArenaData
     from tui.app import ArenaApp
-
-USER_ERRORS = (SQLAlchemyError, StoreError, CurationError, ValueError)
 
 
 def one_line(e: BaseException) -> str:

@@ -18,10 +18,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
-from lessons.db.schema import LESSON_STATUSES
-from lessons.library.read_models import PAGE_SIZE, LessonDetail, LessonPage
-from lessons.library.store import LessonInfo
-from tui.screens.base import USER_ERRORS, DataScreen, one_line
+from lessons.library.read_models import LESSON_STATUSES, PAGE_SIZE, USER_ERRORS, LessonDetail, LessonInfo, LessonPage
+from tui.screens.base import DataScreen, one_line
 
 TEXT_WIDTH = 56  # characters of lesson text shown in the table
 
