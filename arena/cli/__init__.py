@@ -108,7 +108,8 @@ def run(
     from agents.policy import PolicyError
     from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig, check_db
     from arena.distill.trainer import TrainingError
-    from arena.tasks.core import TaskError, load_tasks
+    from arena.tasks.model import TaskError
+    from arena.tasks.sources import load_tasks
     from lessons.library.store import LessonStore, StoreError, check_database
 
     console = Console(stderr=True)
@@ -130,7 +131,7 @@ def run(
         else:
             rubric = reward != "verifier"
             if rubric and not family and tasks_file is None:
-                from arena.tasks.core import BUILTIN_RUBRIC_TASKS
+                from arena.tasks.jsonl import BUILTIN_RUBRIC_TASKS
 
                 tasks_file = BUILTIN_RUBRIC_TASKS  # the shipped rubric tasks: runs offline
             families = list(family) if family else ([] if tasks_file else [DEFAULT_FAMILY])
@@ -454,7 +455,7 @@ def distill(
     from arena.distill.pipeline import DistillError, run_distill
     from arena.distill.trainer import TrainingError
     from arena.distill.weights import AdapterError
-    from arena.tasks.core import TaskError
+    from arena.tasks.model import TaskError
     from lessons.library.store import LessonStore, StoreError
 
     console = Console(stderr=True)
@@ -524,7 +525,7 @@ def eval_cmd(
     from agents.policy import PolicyError
     from arena.distill.pipeline import DistillError, latest_session, run_eval
     from arena.distill.weights import AdapterError
-    from arena.tasks.core import TaskError
+    from arena.tasks.model import TaskError
     from lessons.library.store import LessonStore, StoreError
 
     store = None
@@ -687,7 +688,7 @@ def bench_learning(
     try:
         bcfg = LearningBenchConfig.quick(**given) if quick else LearningBenchConfig(**given)
         if family is not None:
-            from arena.tasks.core import load_tasks
+            from arena.tasks.sources import load_tasks
 
             with contextlib.redirect_stdout(sys.stderr):
                 load_tasks([family], None, 1, 1, seed)  # a bad spec fails here, before any model loads

@@ -31,7 +31,8 @@ from agents.roles.solver import guided_messages, solver_messages
 from agents.roles.teacher import LIBRARY_FULL_NOTE, RolloutView, reflect
 from arena.episode.prompt import retrieve
 from arena.episode.rewards import RewardStrategy, VerifierReward
-from arena.tasks.core import Task, has_verifier
+from arena.tasks.model import Task
+from arena.tasks.verify import has_verifier
 from lessons.library.rubrics import RubricStore, eligible_for_training
 from lessons.library.store import EpisodeRecord, HintRecord, LessonStore, RolloutRecord
 from lessons.ops import Reflection
