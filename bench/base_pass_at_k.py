@@ -19,8 +19,9 @@ from agents.policy import sample_many
 from agents.roles.solver import solver_messages
 from arena.config import DEFAULT_FAMILY
 from arena.stats import mean_pass_at_k, wilson_interval
-from arena.tasks.core import load_tasks, score
 from arena.tasks.extract import extract_answer
+from arena.tasks.sources import load_tasks
+from arena.tasks.verify import score
 
 
 def main() -> None:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agents.parsing import sample_and_parse
 from agents.policy import Message, Policy
 from agents.roles.solver import solver_messages
+from lessons.answers import answer_text
 from lessons.text import contains_token
 
 # Must make the proposer write ONE variant of the task (same kind, same answer format), derive
@@ -81,13 +82,7 @@ class ProposedTask(BaseModel):
     @field_validator("answer", mode="before")
     @classmethod
     def _answer_text(cls, v: object) -> object:
-        if isinstance(v, bool) or v is None:
-            raise ValueError("must be a string or a number")
-        if isinstance(v, (int, float)):
-            if isinstance(v, float) and not math.isfinite(v):
-                raise ValueError("must be a finite number")
-            return str(v)
-        return v
+        return answer_text(v, allow_empty=True)  # a blank answer is refused by _strip below
 
     @field_validator("question", "justification", "answer")
     @classmethod

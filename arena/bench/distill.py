@@ -39,7 +39,7 @@ def _examples(n: int) -> list[Any]:
     """``n`` chain_sum questions with worked reference-answer completions (the DESIGN's ceiling data)."""
     from agents.roles.solver import solver_messages
     from arena.config import DEFAULT_FAMILY
-    from arena.tasks.core import load_tasks
+    from arena.tasks.sources import load_tasks
 
     tasks = load_tasks([DEFAULT_FAMILY], None, n, 1, seed=1234).train
     out = []

@@ -138,8 +138,8 @@ def sampled_pass(policy: Any, chats: Sequence[Sequence[dict[str, str]]], tasks: 
     from concurrent.futures import ThreadPoolExecutor
 
     from arena.stats import pass_at_k
-    from arena.tasks.core import score
     from arena.tasks.extract import extract_answer
+    from arena.tasks.verify import score
     from lessons.outcomes import passes
 
     def correct(i: int) -> int:
@@ -201,7 +201,7 @@ def run_learning_bench(
         LearningBenchError: ``out`` holds the libraries of an earlier run, or cannot be written.
     """
     from arena.stats import paired_comparison
-    from arena.tasks.core import load_tasks
+    from arena.tasks.sources import load_tasks
 
     say = log or (lambda _msg: None)
     out = out.expanduser().absolute()

@@ -60,7 +60,7 @@ def bench_chats(n: int, seed: int = 0) -> list[list[dict[str, str]]]:
     """``n`` solver chats (system prompt + question) for train tasks of the default family."""
     from agents.roles.solver import solver_messages
     from arena.config import DEFAULT_FAMILY
-    from arena.tasks.core import load_tasks
+    from arena.tasks.sources import load_tasks
 
     with contextlib.redirect_stdout(io.StringIO()):
         splits = load_tasks([DEFAULT_FAMILY], None, n, 1, seed)

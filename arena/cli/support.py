@@ -1,15 +1,24 @@
-"""What every `arena` command shares: one-line errors on stderr, exit codes, quiet libraries."""
+"""What every `arena` command shares: one-line errors on stderr, exit codes, quiet libraries, opening a library."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from lessons.library.store import LessonStore
+
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+
+_FLAG_OF_FIELD = {"families": "family", "hint_modes": "hint-mode"}  # config fields whose flag is named otherwise
 
 
 def fail(message: str, code: int = EXIT_USER_ERROR) -> typer.Exit:
@@ -32,3 +41,44 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
 
 
+def config_error(e: ValidationError) -> str:
+    """The first error of a config validation as ``--flag: message`` (the flag that sets the field).
+
+    Args:
+        e: pydantic's error from building a config (``SessionConfig``, ``DistillConfig``).
+
+    Returns:
+        ``"--flag: message"``, or the bare message when the error names no field.
+    """
+    err = e.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else ""
+    msg = err["msg"].removeprefix("Value error, ")
+    flag = _FLAG_OF_FIELD.get(field, field.replace("_", "-"))
+    return f"--{flag}: {msg}" if field else msg
+
+
+def require_db_file(db: str) -> None:
+    """A bare SQLite path must exist (opening would create an empty library).
+
+    Args:
+        db: a SQLite path or a SQLAlchemy URL (URLs are not checked here).
+
+    Raises:
+        StoreError: ``no database at DB; run `arena run --db DB` first``.
+    """
+    from lessons.library.store import StoreError
+
+    if "://" not in db and not Path(db).exists():
+        raise StoreError(f"no database at {db}; run `arena run --db {db}` first")
+
+
+def open_existing(db: str) -> LessonStore:
+    """Open a library that must already exist (see :func:`require_db_file`).
+
+    Raises:
+        StoreError: no database at a bare path, or one the store cannot open.
+    """
+    from lessons.library.store import LessonStore
+
+    require_db_file(db)
+    return LessonStore(db)

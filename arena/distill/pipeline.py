@@ -55,7 +55,8 @@ from arena.distill.weights import (
 from arena.episode.graph import retrieve_for_task
 from arena.session.runner import evaluate_heldout
 from arena.stats import wilson_interval
-from arena.tasks.core import Task, load_tasks
+from arena.tasks.model import Task
+from arena.tasks.sources import load_tasks
 from lessons.library.adapters import AdapterInfo, AdapterRecord, AdapterStore, TrainingRollout
 from lessons.library.store import LessonStore
 from lessons.outcomes import count_passes

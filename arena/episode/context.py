@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from agents.policy import Policy
 from arena.episode.rewards import RewardStrategy, VerifierReward
-from arena.tasks.core import Task
+from arena.tasks.model import Task
 from lessons.library.rubrics import RubricStore
 from lessons.library.store import LessonStore
 

@@ -39,7 +39,7 @@ from arena.episode.context import EpisodeContext, EpisodeSettings, Roles
 from arena.episode.prompt import retrieve_for_task
 from arena.episode.rewards import RewardStrategy
 from arena.episode.state import EpisodeState
-from arena.tasks.core import Task
+from arena.tasks.model import Task
 from lessons.library.rubrics import RubricStore
 from lessons.library.store import LessonStore
 

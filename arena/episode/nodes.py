@@ -28,7 +28,7 @@ from arena.episode.state import (
     completion_entry,
     to_completion,
 )
-from arena.tasks.core import has_verifier
+from arena.tasks.verify import has_verifier
 from lessons.library.rubrics import eligible_for_training
 from lessons.library.store import EpisodeRecord, HintRecord, RolloutRecord
 from lessons.ops import Reflection

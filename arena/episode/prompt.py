@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from agents.roles.solver import LessonView, render_lessons
-from arena.tasks.core import Task
+from arena.tasks.model import Task
 from lessons.library.retrieval import rank_lessons
 from lessons.library.store import LessonStore
 

@@ -8,24 +8,14 @@ every round so that its train pass@1 stays inside a target band (``--target-pass
 above the band one rung up, below it one rung down, inside it stay (band control, as in
 reasoning-gym's own ``coaching`` experiments, which adjust curriculum levels on accuracy).
 
-**Difficulty ladder** (:class:`DifficultyLadder`). reasoning-gym ships a curriculum for 102 of
-its 106 families (``reasoning_gym.factory.create_curriculum``): attributes with ordered levels
-(``ChainSumCurriculum``: ``num_terms`` 2..12 → ``min_terms``/``max_terms``, ``num_digits``
-1..10 → ``min_digits``/``max_digits``). Rung 0 is the family spec exactly as given; its
-attribute levels are the ones nearest the spec's effective config. One rung up raises one
-attribute by one level, round-robin over the attributes (the one raised least so far first,
-in the curriculum's attribute order), skipping a level whose config reasoning-gym rejects; a
-rung down lowers them the same way. Levels become config ranges as in reasoning-gym's
-``DefaultCurriculumContext`` in ``INCLUSIVE`` mode (from the lowest level up to the current
-one), except that a lower bound the spec raised stays raised. So the default spec
-``chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2`` has rung −1 = 2 terms of 1
-digit, rung 1 = 2–3 terms of 1–2 digits, rung 2 = 2–3 terms of 1–3 digits, and so on.
-Families without a curriculum have no difficulty knob and stay fixed (:data:`NO_KNOB`), as do
-JSONL task files; proposals still apply to them.
+**Difficulty ladder** (:class:`arena.tasks.curriculum.DifficultyLadder`): each family spec's
+rungs come from its reasoning-gym curriculum, rung 0 being the spec as given; families without
+a curriculum (:data:`arena.tasks.curriculum.NO_KNOB`) and JSONL task files stay fixed;
+proposals still apply to them.
 
 **Tasks per round.** Round 1 uses the session's train tasks (rung 0). A family at rung ``d``
 trains on ``--train-tasks`` generator tasks drawn at that rung from their own slot of the
-train seed block (:func:`arena.tasks.core.make_slot_tasks`, the same tasks whenever the family is at
+train seed block (:func:`arena.tasks.curriculum.draw_at_rung`, the same tasks whenever the family is at
 rung ``d`` again) plus the accepted proposals made at that rung. Held-out tasks are drawn
 once, before anything runs, at rung 0 and never change; at the end, held-out pass@1 is also
 measured on a second held-out set drawn at each family's final rung from the held-out seed
@@ -42,40 +32,20 @@ stored in ``task_proposals`` with its verdict and reason, every task with its or
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from arena.tasks.core import (
-    SEED_BLOCK,
-    FamilySpec,
-    Task,
-    TaskError,
-    TaskSplits,
-    _build_config,
-    _datasets,
-    _max_draws,
-    answers_match,
-    make_slot_tasks,
-    score,
-)
+from arena.tasks.curriculum import DifficultyLadder, Rung, draw_at_rung, rung_at, step_tag
 from arena.tasks.extract import extract_answer, normalise_text
+from arena.tasks.model import FamilySpec, Task, TaskError, TaskSplits
+from arena.tasks.seeds import episode_seed
+from arena.tasks.verify import answers_match, score
 from lessons.library.curriculum import CurriculumRecords, CurriculumStep, ProposalRecord, StoredTask
 from lessons.library.store import LessonStore
 from lessons.outcomes import count_passes
 
 Action = Literal["up", "down", "stay", "at_max", "at_min", "fixed", "no_data"]
-
-# reasoning-gym families without a registered curriculum, and why their difficulty stays fixed.
-NO_KNOB: dict[str, str] = {
-    "acre": "no difficulty setting (ACRE's config has only the train flag)",
-    "composite": "a mixture of other families: give them as separate --family specs to adapt each",
-    "gsm_symbolic": "reasoning-gym supports only difficulty=1.0",
-    "list_functions": "no difficulty setting",
-}
-
-MAX_RUNGS = 64  # rungs explored in each direction of a ladder (chain_sum has 18 up, 1 down from the default)
 
 
 # =======================================================================================
@@ -98,166 +68,6 @@ def band_action(pass_rate: float, band: tuple[float, float]) -> Literal["up", "d
     if pass_rate < lo:
         return "down"
     return "stay"
-
-
-# =======================================================================================
-# difficulty ladders from reasoning-gym curricula
-
-
-@dataclass(frozen=True)
-class Rung:
-    """One difficulty of a family: curriculum levels and the config overrides they give."""
-
-    step: int  # 0: the spec as given; > 0 harder; < 0 easier
-    levels: dict[str, int]  # curriculum attribute -> level index
-    overrides: dict[str, Any]  # the family config overrides to draw tasks with
-    moves: dict[str, int] = field(default_factory=dict, compare=False)  # level changes per attribute from rung 0
-
-
-class DifficultyLadder:
-    """The rungs of one family spec's difficulty, built from its reasoning-gym curriculum.
-
-    Args:
-        spec: the family spec of the session (its rung 0).
-
-    Attributes:
-        has_knob: False for families without a curriculum (:data:`NO_KNOB`): only rung 0 exists.
-
-    See the module docstring for how rungs are built. Rungs are computed lazily and cached.
-    """
-
-    def __init__(self, spec: FamilySpec) -> None:
-        from reasoning_gym.coaching.attributes import RangeAttributeDefinition
-        from reasoning_gym.factory import create_curriculum, has_curriculum
-
-        self.spec = spec
-        self.curriculum = create_curriculum(spec.name) if has_curriculum(spec.name) else None
-        self.has_knob = self.curriculum is not None and bool(self.curriculum.attributes)
-        self._cache: dict[int, Rung | None] = {}
-        if not self.has_knob:
-            self._cache[0] = Rung(0, {}, dict(spec.overrides))
-            return
-        _, config_cls = _datasets()[spec.name]
-        defaults = {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
-        effective = {**defaults, **spec.overrides}
-        self.attrs = list(self.curriculum.attributes.values())
-        fields: set[str] = set()
-        for a in self.attrs:
-            fields |= {a.lower_field_name, a.upper_field_name} if isinstance(a, RangeAttributeDefinition) else {a.field_name}
-        self.fixed = {k: v for k, v in spec.overrides.items() if k not in fields}  # kept on every rung
-        self.floors = {
-            a.name: effective.get(a.lower_field_name) for a in self.attrs if isinstance(a, RangeAttributeDefinition)
-        }
-        start = {a.name: self._nearest_level(a, effective) for a in self.attrs}
-        self._cache[0] = Rung(0, start, dict(spec.overrides), {a.name: 0 for a in self.attrs})
-
-    # --------------------------------------------------------------------- levels <-> config
-
-    def _value(self, attr: Any, level: int) -> Any:
-        """The config value(s) of one attribute at ``level`` (INCLUSIVE range: ``[lo, hi]``)."""
-        from reasoning_gym.coaching.base_curriculum import DefaultCurriculumContext, RangeAttributeMode
-
-        self.curriculum.set_attr_level(attr.name, level)
-        return DefaultCurriculumContext(mode=RangeAttributeMode.INCLUSIVE).get_attr_value(self.curriculum, attr)
-
-    def _nearest_level(self, attr: Any, effective: Mapping[str, Any]) -> int:
-        from reasoning_gym.coaching.attributes import RangeAttributeDefinition
-
-        ranged = isinstance(attr, RangeAttributeDefinition)
-        target = effective.get(attr.upper_field_name if ranged else attr.field_name)
-        best, best_gap = attr.default_level, math.inf
-        for level in range(len(attr.levels)):
-            v = self._value(attr, level)
-            v = _span(v)[1] if ranged else v
-            if v == target:
-                return level
-            try:
-                gap = abs(float(v) - float(target))  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                continue
-            if gap < best_gap:
-                best, best_gap = level, gap
-        return best
-
-    def overrides_at(self, levels: Mapping[str, int]) -> dict[str, Any]:
-        """The config overrides at ``levels`` (attribute → level), with the spec's other overrides kept."""
-        from reasoning_gym.coaching.attributes import RangeAttributeDefinition
-
-        out: dict[str, Any] = dict(self.fixed)
-        for a in self.attrs:
-            v = self._value(a, levels[a.name])
-            if isinstance(a, RangeAttributeDefinition):
-                lo, hi = _span(v)
-                floor = self.floors.get(a.name)
-                try:
-                    if floor is not None and floor > lo:
-                        lo = min(floor, hi)
-                except TypeError:
-                    pass
-                out[a.lower_field_name], out[a.upper_field_name] = lo, hi
-            else:
-                out[a.field_name] = v
-        return out
-
-    def _valid(self, overrides: dict[str, Any]) -> bool:
-        try:
-            _build_config(FamilySpec(self.spec.name, overrides), seed=0, size=1)
-        except TaskError:
-            return False
-        return True
-
-    # --------------------------------------------------------------------- rungs
-
-    def rung(self, step: int) -> Rung | None:
-        """Rung ``step`` of the ladder, or None past its end (or for any step ≠ 0 without a knob)."""
-        if step in self._cache:
-            return self._cache[step]
-        if not self.has_knob or abs(step) > MAX_RUNGS:
-            return None
-        direction = 1 if step > 0 else -1
-        prev = self.rung(step - direction)
-        result = None if prev is None else self._next(prev, direction, step)
-        self._cache[step] = result
-        return result
-
-    def _next(self, prev: Rung, direction: int, step: int) -> Rung | None:
-        levels, moves = dict(prev.levels), dict(prev.moves)
-        prev_overrides = prev.overrides if prev.step != 0 else self.overrides_at(prev.levels)
-        for _ in range(sum(len(a.levels) for a in self.attrs)):  # each pass moves one level, or stops
-            order = sorted(range(len(self.attrs)), key=lambda i: (abs(moves[self.attrs[i].name]), i))
-            for i in order:
-                a = self.attrs[i]
-                new = levels[a.name] + direction
-                if not 0 <= new < len(a.levels):
-                    continue
-                trial = {**levels, a.name: new}
-                overrides = self.overrides_at(trial)
-                if not self._valid(overrides):
-                    continue
-                levels, moves = trial, {**moves, a.name: moves[a.name] + direction}
-                break
-            else:
-                return None  # no attribute can move in this direction
-            if overrides != prev_overrides:  # a level that changes nothing is passed over
-                return Rung(step, levels, overrides, moves)
-        return None
-
-
-def _span(v: Any) -> tuple[Any, Any]:
-    """``(min, max)`` of a curriculum value that is a scalar or a list of values."""
-    if isinstance(v, (list, tuple)):
-        return min(v), max(v)
-    return v, v
-
-
-def step_slot(step: int) -> int:
-    """The seed-block slot of rung ``step``'s draws: 0 → 0, 1 → 1, −1 → 2, 2 → 3, −2 → 4, ..."""
-    return 2 * step - 1 if step > 0 else -2 * step
-
-
-def step_tag(step: int) -> str:
-    """The task-key tag of rung ``step``'s draws: ``"s+01-"``, ``"s-01-"`` ("" for rung 0)."""
-    return "" if step == 0 else f"s{step:+03d}-"
 
 
 # =======================================================================================
@@ -379,9 +189,7 @@ class SessionCurriculum:
             self.seen.add(normalise_text(t.question))
 
     def _rung(self, unit: _Unit, step: int) -> Rung | None:
-        if step == 0:
-            return Rung(0, unit.ladder.rung(0).levels if unit.ladder else {}, dict(unit.spec.overrides) if unit.spec else {})
-        return unit.ladder.rung(step) if unit.ladder is not None else None
+        return rung_at(unit.ladder, unit.spec, step)
 
     def _drawn(self, unit: _Unit, split: str, step: int, n: int) -> list[Task]:
         """Generator tasks of ``unit`` at rung ``step`` (stored ones on resume, else drawn and stored).
@@ -400,16 +208,10 @@ class SessionCurriculum:
         rung = self._rung(unit, step)
         if rung is None or unit.spec is None:
             raise TaskError(f"{unit.label} has no rung {step}")
-        if (step_slot(step) + 1) * _max_draws(n) > SEED_BLOCK:
-            raise TaskError(f"{unit.label}: rung {step} is past the seed block")
-        drawn = make_slot_tasks(
-            FamilySpec(unit.spec.name, rung.overrides), split, n, self.settings.seed,  # type: ignore[arg-type]
-            occurrence=unit.occurrence, slot=step_slot(step), tag=step_tag(step), exclude=set(self.seen),
+        drawn = draw_at_rung(
+            unit.spec, rung, split, n, self.settings.seed,  # type: ignore[arg-type]
+            label=unit.label, occurrence=unit.occurrence, exclude=self.seen,
         )
-        drawn = [
-            dataclasses.replace(t, metadata={**t.metadata, "curriculum": {"step": step, "levels": rung.levels}})
-            for t in drawn
-        ]
         self.fits(drawn)
         self.records.add_tasks(self.session_id, drawn)
         self.stored.update(
@@ -518,7 +320,6 @@ class SessionCurriculum:
     def _propose(self, unit: _Unit, row: CurriculumStep, groups: Sequence[Any]) -> None:
         from agents.roles.proposer import REFERENCE_CHECKERS, ParentView, ProposalResult, check_proposal, propose_task
         from arena.config import ConfigError
-        from arena.session.runner import episode_seed
 
         s = self.settings
         thr = s.success_threshold

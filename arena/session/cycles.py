@@ -34,7 +34,7 @@ from agents.policy import Policy
 from arena.config import SessionConfig
 from arena.episode.graph import retrieve_for_task
 from arena.stats import mean_pass_at_k, paired_comparison, wilson_interval
-from arena.tasks.core import Task
+from arena.tasks.model import Task
 from lessons.library.adapters import AdapterInfo, AdapterRecord, AdapterStore
 from lessons.library.store import LessonStore
 from lessons.outcomes import HELDOUT_AFTER, HELDOUT_AFTER_NO_LESSONS, HELDOUT_BEFORE, eval_name, passes

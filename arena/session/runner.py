@@ -15,7 +15,6 @@ library is updated between rounds, as in batch-wise experience updates (Training
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 import time
@@ -37,8 +36,10 @@ from arena.episode.rewards import RewardStrategy, RubricReward, make_reward
 from arena.session.curriculum import CurriculumSettings, SessionCurriculum, curriculum_summary
 from arena.session.utility import UtilitySettings, maybe_check_utility
 from arena.stats import mean_pass_at_k, wilson_interval
-from arena.tasks.core import Task, TaskSplits, score
 from arena.tasks.extract import extract_answer
+from arena.tasks.model import Task, TaskSplits
+from arena.tasks.seeds import episode_seed
+from arena.tasks.verify import score
 from lessons.library.adapters import AdapterStore
 from lessons.library.curation import CurationPolicy
 from lessons.library.rubrics import RubricStore
@@ -177,11 +178,6 @@ def checkpoint_path(store: LessonStore) -> Path:
         p = store.sqlite_path
         return p.with_name(p.stem + ".checkpoints.sqlite")
     return Path("arena.checkpoints.sqlite")
-
-
-def episode_seed(seed: int, episode_key: str) -> int:
-    """A stable per-episode sampling seed derived from the session seed and the episode key."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{episode_key}".encode()).digest()[:4], "little")
 
 
 def evaluate_heldout(

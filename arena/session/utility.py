@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from agents.policy import Policy
 from agents.roles.solver import LessonView, render_lessons, solver_messages
 from arena.stats import paired_difference_interval
-from arena.tasks.core import Task, score
 from arena.tasks.extract import extract_answer
+from arena.tasks.model import Task
+from arena.tasks.verify import score
 from lessons.library.curation import Provenance
 from lessons.library.retrieval import rank_lessons
 from lessons.library.store import LessonInfo, LessonStore

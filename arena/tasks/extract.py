@@ -10,7 +10,7 @@ ordered from most to least explicit:
 4. the last number in the text (negatives, decimals, thousands separators).
 
 The extracted string is what the critic's verifier scores (reasoning-gym ``score_answer``,
-or exact / numeric match for JSONL tasks, see :func:`arena.tasks.core.score`).
+or exact / numeric match for JSONL tasks, see :func:`arena.tasks.verify.score`).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from lessons.db.schema import (
     LessonRow,
     SessionRow,
 )
+from lessons.jsonl import InvalidJson, NotAnObject, UnreadableFile, read_json_objects
 from lessons.library.curation import CurationError, Provenance
 from lessons.library.store import LessonStore
 from lessons.ops import check_scope, clean_lesson_text
@@ -242,31 +243,26 @@ def read_lines(path: str | os.PathLike[str]) -> list[LessonLine]:
         TransferError: unreadable file, or a line that is not JSON or not a lesson (the
             message names the file, the line number and the field).
     """
-    try:
-        raw = Path(path).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        raise TransferError(f"cannot read {path}: {e}") from None
     out: list[LessonLine] = []
     seen: dict[str, int] = {}
-    for no, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TransferError(f"{path}:{no}: not JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise TransferError(f"{path}:{no}: expected a JSON object, got {type(obj).__name__}")
-        try:
-            rec = LessonLine.model_validate(obj)
-        except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err["loc"]) or "line"
-            raise TransferError(f"{path}:{no}: {where}: {err['msg'].removeprefix('Value error, ')}") from None
-        if rec.id in seen:
-            raise TransferError(f"{path}:{no}: lesson id {rec.id!r} already appears on line {seen[rec.id]}")
-        seen[rec.id] = no
-        out.append(rec)
+    try:
+        for no, obj in read_json_objects(path):
+            try:
+                rec = LessonLine.model_validate(obj)
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"]) or "line"
+                raise TransferError(f"{path}:{no}: {where}: {err['msg'].removeprefix('Value error, ')}") from None
+            if rec.id in seen:
+                raise TransferError(f"{path}:{no}: lesson id {rec.id!r} already appears on line {seen[rec.id]}")
+            seen[rec.id] = no
+            out.append(rec)
+    except UnreadableFile as e:
+        raise TransferError(f"cannot read {path}: {e.cause}") from None
+    except InvalidJson as e:
+        raise TransferError(f"{path}:{e.lineno}: not JSON ({e.cause.msg} at column {e.cause.colno})") from None
+    except NotAnObject as e:
+        raise TransferError(f"{path}:{e.lineno}: expected a JSON object, got {type(e.value).__name__}") from None
     return out
 
 

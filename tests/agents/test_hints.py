@@ -15,7 +15,7 @@ from agents.roles.hints import FailedAttempt, HintModeError, feedback_hint, pars
 from arena.config import SessionConfig
 from arena.episode.graph import EpisodeSettings, Roles, build_episode_graph
 from arena.session.runner import run_session
-from arena.tasks.core import load_tasks
+from arena.tasks.sources import load_tasks
 from lessons.db.schema import RolloutRow
 from lessons.library.store import LessonStore
 

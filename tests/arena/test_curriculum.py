@@ -24,10 +24,14 @@ from agents.roles.proposer import (
 )
 from arena.config import SessionConfig
 from arena.episode.graph import Roles
-from arena.session.curriculum import DifficultyLadder, band_action, step_slot, step_tag
+from arena.session.curriculum import band_action
 from arena.session.runner import run_session
-from arena.tasks.core import Task, answers_match, load_tasks, parse_family_spec, score
+from arena.tasks.curriculum import DifficultyLadder, step_slot, step_tag
 from arena.tasks.extract import extract_answer, normalise_text
+from arena.tasks.gym import parse_family_spec
+from arena.tasks.model import Task
+from arena.tasks.sources import load_tasks
+from arena.tasks.verify import answers_match, score
 from lessons.db.schema import alembic_config
 from lessons.library.curriculum import CurriculumRecords
 from lessons.library.store import LessonStore

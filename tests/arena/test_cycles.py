@@ -20,7 +20,7 @@ from arena.config import SessionConfig
 from arena.episode.graph import Roles
 from arena.session.cycles import cycle_adapters
 from arena.session.runner import run_session
-from arena.tasks.core import load_tasks
+from arena.tasks.sources import load_tasks
 from lessons.library.adapters import AdapterStore
 from lessons.library.store import LessonStore
 from lessons.outcomes import eval_name

@@ -341,7 +341,7 @@ def test_adapter_dir_checks(tiny_dir, tmp_path):
 
 def test_register_adapter_marks_lessons_distilled_and_retrieval_excludes_them(tmp_path):
     from arena.episode.graph import retrieve_for_task
-    from arena.tasks.core import Task
+    from arena.tasks.model import Task
     from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord, StoreError
     from lessons.ops import AddOp, Reflection
 

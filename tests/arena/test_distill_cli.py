@@ -18,7 +18,7 @@ import pytest
 
 from agents.roles.solver import LessonView, render_lessons, solver_messages
 from arena.config import SessionConfig
-from arena.tasks.core import load_tasks
+from arena.tasks.sources import load_tasks
 from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
 from lessons.ops import AddOp, Reflection
 from tests.arena.test_distill import make_tiny

@@ -14,7 +14,7 @@ from agents.backends.fake import FakePolicy
 from arena.config import SessionConfig
 from arena.episode.graph import EpisodeSettings, Roles, build_episode_graph
 from arena.session.runner import run_session
-from arena.tasks.core import load_tasks
+from arena.tasks.sources import load_tasks
 from lessons.library.store import LessonStore
 
 LESSON = "Add the ones digits first, then the tens, and carry when a column passes nine."

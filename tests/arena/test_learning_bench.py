@@ -35,7 +35,7 @@ def test_bad_settings_are_refused():
 
 
 def test_oracle_targets_are_worked_reference_answers():
-    from arena.tasks.core import Task
+    from arena.tasks.model import Task
 
     t = Task("chain_sum/train/00000", "chain_sum", "train", "State the final answer to the following arithmetic problem: 12 + 30 =", "42", "reasoning_gym")
     (ex,) = oracle_examples([t], lambda s: list(range(len(s.split()))))

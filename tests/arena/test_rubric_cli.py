@@ -9,7 +9,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from arena.config import SessionConfig
 from arena.session.runner import run_session
-from arena.tasks.core import load_tasks
+from arena.tasks.sources import load_tasks
 from lessons.library.store import LessonStore
 from tests.arena.test_cli_errors import arena, assert_one_line_error
 from tests.arena.test_rubric_session import RUBRIC, roles, write_tasks

@@ -18,7 +18,7 @@ from arena.episode.graph import Roles
 from arena.episode.rewards import check_reward_tasks
 from arena.session.online_rubrics import ONLINE_SYSTEM
 from arena.session.runner import run_session
-from arena.tasks.core import load_tasks
+from arena.tasks.sources import load_tasks
 from lessons.db.schema import RolloutRow, alembic_config
 from lessons.library.rubrics import RubricStore, eligible_for_training, training_filter
 from lessons.library.store import LessonStore

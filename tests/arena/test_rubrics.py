@@ -21,7 +21,9 @@ from agents.roles.rubric import (
 from arena.episode.calibration import calibration_report, expected_calibration_error
 from arena.episode.rewards import HackConfig, detect_hacks
 from arena.session.online_rubrics import criterion_similarity, dedupe_criteria, propose_criteria
-from arena.tasks.core import BUILTIN_RUBRIC_TASKS, TaskError, has_verifier, load_tasks_file
+from arena.tasks.jsonl import BUILTIN_RUBRIC_TASKS, load_tasks_file
+from arena.tasks.model import TaskError
+from arena.tasks.verify import has_verifier
 
 
 def crit(title, cat, w, text=None):

@@ -12,8 +12,9 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from agents.roles.solver import SOLVER_SYSTEM
-from arena.tasks.core import load_tasks, score
 from arena.tasks.extract import extract_answer
+from arena.tasks.sources import load_tasks
+from arena.tasks.verify import score
 from lessons.db.schema import EpisodeRow, RolloutRow, TaskRow
 from lessons.text import contains_token
 

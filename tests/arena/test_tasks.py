@@ -9,18 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from arena.tasks.core import (
-    FamilySpec,
-    Task,
-    TaskError,
-    load_tasks,
-    load_tasks_file,
-    make_family_tasks,
-    parse_family_spec,
-    score,
-    verifier_feedback,
-)
 from arena.tasks.extract import normalise_text
+from arena.tasks.gym import make_family_tasks, parse_family_spec
+from arena.tasks.jsonl import load_tasks_file
+from arena.tasks.model import FamilySpec, Task, TaskError
+from arena.tasks.sources import load_tasks
+from arena.tasks.verify import score, verifier_feedback
 
 EASY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=1"
 

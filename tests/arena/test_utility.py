@@ -16,7 +16,7 @@ from arena.episode.graph import Roles
 from arena.session.runner import run_session
 from arena.session.utility import UtilitySettings, maybe_check_utility, measure_lesson
 from arena.stats import paired_difference_interval, wilson_interval
-from arena.tasks.core import load_tasks
+from arena.tasks.sources import load_tasks
 from lessons.library.curation import Provenance
 
 GOOD = "Add the ones digits first, then the tens, and carry when a column passes nine."

@@ -18,7 +18,7 @@ from agents.backends.fake import FakePolicy
 from arena.config import SessionConfig
 from arena.episode.graph import Roles
 from arena.session.runner import run_bounded, run_session
-from arena.tasks.core import load_tasks
+from arena.tasks.sources import load_tasks
 from lessons.library.store import LessonStore
 
 

@@ -1,0 +1,179 @@
+"""`arena bench ...`: benchmarks that print ratios against a named baseline (distill, rollouts, learning)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from arena.cli.support import EXIT_INTERRUPTED, fail, quiet_libraries
+
+bench_app = typer.Typer(help="Benchmarks that print ratios against a named baseline.", no_args_is_help=True)
+
+
+@bench_app.command("distill")
+def bench_distill(
+    steps: Annotated[int, typer.Option(help="Optimizer steps per trainer: one epoch of steps x batch-size examples, all timed.")] = 8,
+    batch_size: Annotated[int, typer.Option(help="Sequences per step.")] = 4,
+    rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
+    base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded model).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="cpu or cuda (default: cuda when available); bf16 on CUDA, fp32 on CPU.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
+) -> None:
+    """Train tokens/s of our LoRA trainer against TRL's SFTTrainer: same model, LoRA config, data and batch.
+
+    Data: steps x batch-size chain_sum questions with worked reference-answer completions, one epoch each.
+    """
+    quiet_libraries()
+    from agents.policy import PolicyError
+    from arena.bench.distill import BenchError, bench_distill_speed
+
+    try:
+        if steps < 1 or batch_size < 1 or rank < 1:
+            raise BenchError("--steps, --batch-size and --rank must be >= 1")
+        with contextlib.redirect_stdout(sys.stderr):
+            result = bench_distill_speed(steps=steps, batch_size=batch_size, rank=rank,
+                                         base_model=base_model, device=device)
+    except (BenchError, PolicyError) as e:
+        raise fail(str(e)) from None
+    if json_out:
+        print(json.dumps(result))
+        return
+    t = Table(title="LoRA training throughput (tokens/s; higher is better)")
+    for col in ("trainer", "tokens/s", "s/step", "final loss"):
+        t.add_column(col)
+    for name in ("ours", "trl"):
+        r = result[name]
+        if r is None:
+            continue
+        t.add_row(name, f"{r['tokens_per_s']:.0f}", f"{r['s_per_step']:.3f}", f"{r['final_loss']:.4f}")
+    Console().print(t)
+    if result.get("ratio") is not None:
+        Console().print(f"ratio ours / TRL SFTTrainer: {result['ratio']:.2f}x (target >= 1.0)")
+    else:
+        Console().print(f"TRL not measured: {result.get('trl_error')}")
+    if result.get("mfu") is not None:
+        Console().print(f"MFU (ours, {result['device']}): {result['mfu']:.3f}")
+
+
+@bench_app.command("rollouts")
+def bench_rollouts(
+    prompts: Annotated[int, typer.Option(help="Distinct prompts (solver chats of default-family tasks).")] = 16,
+    k: Annotated[int, typer.Option(help="Completions per prompt (group size).")] = 8,
+    max_tokens: Annotated[int, typer.Option(help="Completion cap per completion, tokens.")] = 96,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (> 0).")] = 0.8,
+    concurrency: Annotated[int, typer.Option(help="Episode threads for our backend, as `arena run --concurrency`.")] = 4,
+    seed: Annotated[int, typer.Option(help="Seed for task draws and sampling.")] = 0,
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads for both samplers (default: all cores).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
+) -> None:
+    """Completion tokens/s of the local backend (batched, as `arena run` samples) vs llama.cpp single-stream, same GGUF."""
+    quiet_libraries()
+    from agents.policy import PolicyError
+    from arena.bench.rollouts import bench_rollouts as run_bench
+
+    def missing(line: str) -> None:
+        print(f"arena: {line}", file=sys.stderr)
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            r = run_bench(prompts, k, max_tokens, temperature, concurrency, seed, on_baseline_missing=missing, threads=threads)
+    except (PolicyError, ValueError) as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+    if json_out:
+        print(json.dumps(r))
+        return
+    t = Table(title=f"rollouts: {r['prompts']} prompts × k={r['k']}, max {r['max_tokens']} tokens, T={r['temperature']}")
+    t.add_column("sampler")
+    t.add_column("completion tok/s", justify="right")
+    t.add_column("tokens", justify="right")
+    t.add_column("seconds", justify="right")
+    t.add_row(f"ours (torch, batched, concurrency {r['concurrency']})", f"{r['ours_tok_s']:.1f}",
+              str(r["ours"]["tokens"]), f"{r['ours']['seconds']:.1f}")
+    if r["llamacpp_tok_s"] is not None:
+        t.add_row("llama.cpp single-stream", f"{r['llamacpp_tok_s']:.1f}", str(r["llamacpp"]["tokens"]),
+                  f"{r['llamacpp']['seconds']:.1f}")
+    Console().print(t)
+    ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "n/a (no baseline)"
+    Console().print(f"ratio ours / llama.cpp: {ratio}   (load average before {r['loadavg_1min_before']}, "
+                    f"after {r['loadavg_1min_after']}; {r['torch_threads']} threads)")
+
+
+@bench_app.command("learning")
+def bench_learning(
+    out: Annotated[Path, typer.Option(help="Directory for the condition libraries, learning.json and learning.png.")] = Path("bench-learning"),
+    quick: Annotated[bool, typer.Option("--quick", help="A tiny run of every condition (minutes): what the test suite runs.")] = False,
+    condition: Annotated[Optional[list[str]], typer.Option("--condition", help="base, lessons, sft, distill, loop, oracle (repeatable; default all).")] = None,
+    family: Annotated[Optional[str], typer.Option(help="reasoning-gym spec of the tasks (default: the default family).")] = None,
+    train_tasks: Annotated[Optional[int], typer.Option(help="Train tasks (default 32; --quick 4).")] = None,
+    heldout_tasks: Annotated[Optional[int], typer.Option(help="Held-out tasks of greedy pass@1 (default 128; --quick 6).")] = None,
+    rollouts: Annotated[Optional[int], typer.Option(help="Group size k (default 8; --quick 4).")] = None,
+    rounds: Annotated[Optional[int], typer.Option(help="Wake rounds per cycle (default 1).")] = None,
+    cycles: Annotated[Optional[int], typer.Option(help="Wake–sleep cycles (default 2; --quick 1).")] = None,
+    sleep_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per sleep and of the oracle (default 40; --quick 2).")] = None,
+    sleep_lr: Annotated[Optional[float], typer.Option(help="Peak learning rate of a sleep (default 5e-4).")] = None,
+    utility_every: Annotated[Optional[int], typer.Option(help="Utility A/B every N episodes in lessons and loop (default 16; --quick off).")] = None,
+    pass_k_tasks: Annotated[Optional[int], typer.Option(help="Held-out tasks of the sampled pass@1 / pass@k (default 32).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of task draws and sampling.")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
+) -> None:
+    """Does the loop make the solver better? base, lessons, sft, distill, loop and the oracle ceiling at one rollout budget."""
+    quiet_libraries()
+    from agents.policy import PolicyError
+    from arena.bench.learning import CONDITIONS, LearningBenchConfig, LearningBenchError, run_learning_bench
+    from arena.distill.trainer import TrainingError
+    from arena.distill.weights import AdapterError
+    from lessons.library.store import StoreError
+
+    given = {k: v for k, v in dict(
+        family=family, train_tasks=train_tasks, heldout_tasks=heldout_tasks, rollouts=rollouts, rounds=rounds,
+        cycles=cycles, sleep_steps=sleep_steps, sleep_lr=sleep_lr, utility_every=utility_every,
+        pass_k_tasks=pass_k_tasks, seed=seed,
+        conditions=[c for spec in condition for c in spec.split(",") if c] if condition else None,
+    ).items() if v is not None}
+    console = Console(stderr=True)
+    try:
+        bcfg = LearningBenchConfig.quick(**given) if quick else LearningBenchConfig(**given)
+        if family is not None:
+            from arena.tasks.sources import load_tasks
+
+            with contextlib.redirect_stdout(sys.stderr):
+                load_tasks([family], None, 1, 1, seed)  # a bad spec fails here, before any model loads
+        result = run_learning_bench(bcfg, out, console=console if not json_out else None,
+                                    log=lambda m: console.print(m))
+    except (LearningBenchError, PolicyError, AdapterError, TrainingError, StoreError, ValueError) as e:
+        raise fail(" ".join(str(e).split())) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+    if json_out:
+        print(json.dumps(result))
+        return
+    t = Table(title=f"arena bench learning: held-out greedy pass@1 (n = {bcfg.heldout_tasks}), vs base paired")
+    for col in ("condition", "pass@1 [95% CI]", "vs base (diff [CI], McNemar p)", "sampled pass@1 / pass@k",
+                "rollouts", "train tokens", "wall s"):
+        t.add_column(col)
+    for name in CONDITIONS:
+        r = result["conditions"].get(name)
+        if r is None:
+            continue
+        h, v, sp = r["heldout"], r.get("vs_base"), r.get("sampled") or {}
+        spk = sp.get(f"pass_at_{sp.get('k')}")
+        vs = f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}], p={v['p_value']:.3g}" if v else "-"
+        t.add_row(name + (" (ceiling)" if r.get("ceiling") else "") + (" !" if r.get("error") else ""),
+                  f"{h['pass_at_1']:.3f} [{h['ci95'][0]:.3f}, {h['ci95'][1]:.3f}]", vs,
+                  f"{sp['pass_at_1']:.3f} / {spk:.3f} (k={sp['k']}, n={sp['n']})" if sp else "-",
+                  str(r["rollouts"]), str(r["train_tokens"]), f"{r['wall_s']:.0f}")
+    Console().print(t)
+    for name, r in result["conditions"].items():
+        if r.get("error"):
+            Console().print(f"{name} stopped early: {r['error']}")
+    Console().print(f"figure {result['files']['png']}; figures {result['files']['json']}; load average before "
+                    f"{result['loadavg_before']}, after {result['loadavg_after']}; {result['wall_s']:.0f} s")

@@ -1,0 +1,234 @@
+"""`arena run`: a self-play session, and the end-of-session summary table.
+
+Errors a user can cause (unknown family, bad override, unreadable task file, unwritable
+database, unreachable endpoint, invalid flag combination) end in ONE line on stderr and exit
+code 2, never a traceback, and are detected before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from arena.cli.support import EXIT_INTERRUPTED, config_error, fail, quiet_libraries
+
+
+def run(
+    db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
+    family: Annotated[
+        Optional[list[str]],
+        typer.Option("--family", help="reasoning-gym family with overrides, e.g. chain_sum:min_terms=2,max_terms=2 (repeatable)."),
+    ] = None,
+    tasks_file: Annotated[Optional[Path], typer.Option(help='JSONL tasks, one {"question", "answer"} per line.')] = None,
+    train_tasks: Annotated[int, typer.Option(help="Train tasks per family (one episode per round each).")] = 4,
+    heldout_tasks: Annotated[int, typer.Option(help="Held-out tasks per family for pass@1 before/after.")] = 32,
+    rounds: Annotated[int, typer.Option(help="Passes over the train tasks.")] = 2,
+    rollouts: Annotated[int, typer.Option(help="Group size k: rollouts per episode.")] = 8,
+    temperature: Annotated[float, typer.Option(help="Solver sampling temperature for rollouts.")] = 0.8,
+    max_tokens: Annotated[int, typer.Option(help="Solver completion cap in tokens.")] = 96,
+    seed: Annotated[int, typer.Option(help="Seed for task draws and sampling.")] = 0,
+    session: Annotated[Optional[str], typer.Option(help="Name of the new session (default run-YYYYMMDD-HHMMSS).")] = None,
+    resume: Annotated[Optional[str], typer.Option(help="Continue an interrupted session by name (its stored settings are used).")] = None,
+    solver: Annotated[str, typer.Option(help="Solver model: local or openai:MODEL.")] = "local",
+    critic: Annotated[
+        Optional[str], typer.Option(help="Critic: verifier (no model), local or openai:MODEL; the judge of rubric rewards. Default: verifier, or local with a rubric reward.")
+    ] = None,
+    teacher: Annotated[str, typer.Option(help="Teacher model: local or openai:MODEL.")] = "local",
+    lesson_tokens: Annotated[int, typer.Option(help="Token budget of the lessons in the solver prompt.")] = 512,
+    library_tokens: Annotated[int, typer.Option(help="Token budget of all live lessons; an op past it is rejected.")] = 4096,
+    utility_every: Annotated[int, typer.Option(help="Utility A/B of lessons (with vs without) every N episodes; candidates become active on it; 0: off.")] = 4,
+    utility_lessons: Annotated[int, typer.Option(help="Lessons measured per utility check.")] = 2,
+    utility_tasks: Annotated[int, typer.Option(help="Train tasks per lesson in a utility A/B.")] = 4,
+    utility_samples: Annotated[int, typer.Option(help="Samples per task and arm in a utility A/B.")] = 4,
+    success_threshold: Annotated[
+        Optional[float], typer.Option(help="Reward at which a rollout succeeds; a group with none gets a hint. Default: 1.0, or 0.8 with a rubric reward.")
+    ] = None,
+    hint_mode: Annotated[
+        Optional[list[str]],
+        typer.Option("--hint-mode", help="Hints for all-fail groups: plan, feedback, answer (repeatable or comma-separated), or none. Default: feedback,answer."),
+    ] = None,
+    reward: Annotated[str, typer.Option(help="Reward: verifier, rubric-explicit or rubric-implicit (RaR; judged by --critic).")] = "verifier",
+    online_rubrics: Annotated[int, typer.Option(help="Every N episodes, add rubric criteria that separate current from reference rollouts (0: off).")] = 0,
+    include_flagged: Annotated[bool, typer.Option("--include-flagged", help="Let reward-hack-flagged rollouts reach reflection.")] = False,
+    adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter of the local solver: an id (adapter-0001) or a directory; its distilled lessons leave the prompt.")] = None,
+    curriculum: Annotated[str, typer.Option(help="Train difficulty: fixed, or frontier (move each family's difficulty to keep its train pass@1 in --target-pass).")] = "fixed",
+    target_pass: Annotated[str, typer.Option(help="Target band LO:HI of train pass@1 per family and round (frontier).")] = "0.3:0.7",
+    proposer: Annotated[str, typer.Option(help="Who writes proposed tasks: teacher (its model), local or openai:MODEL.")] = "teacher",
+    proposals: Annotated[Optional[int], typer.Option(help="Proposed tasks per family per round (frontier; default 2).")] = None,
+    proposal_samples: Annotated[int, typer.Option(help="Independent samples that must confirm a proposal's answer where no verifier exists.")] = 4,
+    proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,
+    concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 4,
+    reflect: Annotated[bool, typer.Option("--reflect/--no-reflect", help="Teacher reflection on every group (lessons); --no-reflect: weight-only learning.")] = True,
+    cycles: Annotated[int, typer.Option(help="Wake–sleep cycles: --rounds rounds of episodes, then a sleep (distillation into a LoRA the next cycle samples with).")] = 1,
+    sleep_objective: Annotated[Optional[str], typer.Option(help="arena distill objective of each sleep: distill, sft or guided-unweighted. Default: none with --cycles 1, distill with more.")] = None,
+    sleep_from: Annotated[str, typer.Option(help="base: each sleep trains a fresh LoRA on every cycle's successes so far (STaR); previous: continue the last adapter on this cycle's.")] = "base",
+    sleep_epochs: Annotated[float, typer.Option(help="Passes over a sleep's examples (when --sleep-steps is 0).")] = 4.0,
+    sleep_steps: Annotated[int, typer.Option(help="Optimizer steps per sleep, batch 8 (the schedule arena bench learning measured; 0: from --sleep-epochs).")] = 40,
+    sleep_lr: Annotated[float, typer.Option(help="Peak learning rate of a sleep.")] = 5e-4,
+    sleep_min_examples: Annotated[int, typer.Option(help="Refuse a sleep with fewer training examples than this.")] = 16,
+    sleep_min_guided_log_ratio: Annotated[float, typer.Option(help="Guided successes whose mean log π(y|x) − log π_old(y|x,hint) is below this (nats/token) are not trained.")] = -1.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
+) -> None:
+    """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
+    quiet_libraries()
+    from agents.policy import PolicyError
+    from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig, check_db
+    from arena.distill.trainer import TrainingError
+    from arena.tasks.model import TaskError
+    from arena.tasks.sources import load_tasks
+    from lessons.library.store import LessonStore, StoreError, check_database
+
+    console = Console(stderr=True)
+    store = None
+    name = resume or session or "NAME"
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill`/`timeout`: stop like Ctrl-C, session marked interrupted
+    try:
+        check_db(db)
+        check_database(db)  # a bad path fails here, before the model loads or anything is created
+        if resume:
+            store = LessonStore(db)
+            info = store.get_session(resume)
+            if info is None:
+                raise StoreError(f"no session named {resume!r} in {db}")
+            if info.status == "finished":
+                raise StoreError(f"session {resume!r} already finished; start a new one with --session NAME")
+            cfg = SessionConfig.model_validate({**info.config, "db": db})
+            name = resume
+        else:
+            rubric = reward != "verifier"
+            if rubric and not family and tasks_file is None:
+                from arena.tasks.jsonl import BUILTIN_RUBRIC_TASKS
+
+                tasks_file = BUILTIN_RUBRIC_TASKS  # the shipped rubric tasks: runs offline
+            families = list(family) if family else ([] if tasks_file else [DEFAULT_FAMILY])
+            critic = critic or ("local" if rubric else "verifier")
+            success_threshold = success_threshold if success_threshold is not None else (0.8 if rubric else 1.0)
+            cfg = SessionConfig(
+                db=db, families=families, tasks_file=tasks_file, train_tasks=train_tasks, heldout_tasks=heldout_tasks,
+                rounds=rounds, rollouts=rollouts, temperature=temperature, max_tokens=max_tokens, seed=seed,
+                session=session, solver=solver, critic=critic, teacher=teacher, lesson_tokens=lesson_tokens,
+                library_tokens=library_tokens, utility_every=utility_every, utility_lessons=utility_lessons,
+                utility_tasks=utility_tasks, utility_samples=utility_samples,
+                success_threshold=success_threshold, reward=reward, online_rubrics=online_rubrics,
+                include_flagged=include_flagged,
+                curriculum=curriculum, target_pass=target_pass, proposer=proposer, proposals=proposals,
+                proposal_samples=proposal_samples, proposal_agreement=proposal_agreement,
+                concurrency=concurrency, reflect=reflect, cycles=cycles, sleep_objective=sleep_objective, sleep_from=sleep_from,
+                sleep_epochs=sleep_epochs, sleep_steps=sleep_steps, sleep_lr=sleep_lr,
+                sleep_min_examples=sleep_min_examples, sleep_min_guided_log_ratio=sleep_min_guided_log_ratio,
+                adapter=adapter,
+                **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
+            )
+            if adapter is not None:
+                from arena.distill.pipeline import adapter_for_run
+
+                cfg = cfg.model_copy(update={"adapter": str(adapter_for_run(db, adapter, cfg.solver))})
+        # Validate tasks, endpoints and prompt sizes before touching the database, so bad input writes nothing.
+        with contextlib.redirect_stdout(sys.stderr):  # some task generators print; stdout is for --json
+            splits = load_tasks(cfg.families, cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
+        from arena.episode.rewards import check_reward_tasks
+        from arena.session.runner import check_prompt_lengths, make_roles, run_session
+
+        check_reward_tasks(cfg.reward, [*splits.train, *splits.heldout])
+        cfg.check_cycle_budget(len(splits.train))
+        roles = make_roles(cfg)
+        check_prompt_lengths(roles.solver, [*splits.train, *splits.heldout], cfg)
+        if store is None:
+            store = LessonStore(db)
+            name = cfg.session or store.new_session_name()
+            if store.get_session(name) is not None:
+                raise StoreError(f"session {name!r} already exists; use --resume {name} or pick another --session")
+        with contextlib.redirect_stdout(sys.stderr):
+            summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console)
+    except ValidationError as e:
+        raise fail(config_error(e)) from None
+    except (ConfigError, TaskError, StoreError, PolicyError, ValueError, TrainingError) as e:  # DistillError, AdapterError are ValueErrors
+        raise fail(" ".join(str(e).split())) from None
+    except KeyboardInterrupt:
+        if store is not None and store.get_session(name) is not None:
+            raise fail(f"interrupted; continue with: arena run --db {db} --resume {name}", EXIT_INTERRUPTED) from None
+        raise fail("interrupted before the session started; nothing was stored", EXIT_INTERRUPTED) from None
+    finally:
+        if store is not None:
+            store.close()
+    if json_out:
+        print(json.dumps(summary))
+    else:
+        print_summary(summary, Console())
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _fmt_eval(e: dict | None) -> str:
+    if not e:
+        return "-"
+    lo, hi = e["ci95"]
+    return f"{e['pass_at_1']:.3f}  [{lo:.3f}, {hi:.3f}]  n={e['n']}"
+
+
+def _fmt_paired(p: dict | None) -> str:
+    if not p:
+        return "-"
+    lo, hi = p["ci95"]
+    return f"{p['diff']:+.3f}  [{lo:+.3f}, {hi:+.3f}]  McNemar p={p['p_value']:.3g}  n={p['n']}"
+
+
+def print_summary(summary: dict, console: Console) -> None:
+    """The end-of-session table: counts, rewards and held-out pass@1 with 95% Wilson intervals."""
+    t = Table(title=f"session {summary['session']}", show_header=False)
+    t.add_column("metric", style="bold")
+    t.add_column("value")
+    for key in (
+        "episodes", "rollouts", "mean_reward", "lessons_added", "lessons_active", "lessons_candidate",
+        "lessons_retired", "library_tokens_used", "utility_checks", "reflections_failed",
+    ):
+        t.add_row(key.replace("_", " "), str(summary.get(key)))
+    t.add_row("all-fail groups → guided", f"{summary.get('all_fail_groups')} → {summary.get('guided_groups')} "
+              f"(guided success rate {summary.get('guided_success_rate')})")
+    t.add_row("pass@k unguided → with hints", f"{summary.get('pass_at_k_unguided')} → {summary.get('pass_at_k_with_hints')}")
+    for r in summary.get("rounds", []):
+        extra = ", ".join(f"{k} {v}" for k, v in r.items() if k.startswith("pass_at"))
+        t.add_row(f"round {r['round']}", f"mean reward {r['mean_reward']}, {extra}")
+    if "graded_rollouts" in summary:  # rubric rewards
+        t.add_row("graded / ungraded rollouts", f"{summary['graded_rollouts']} / {summary['ungraded_rollouts']}")
+        flags = ", ".join(f"{k} {v}" for k, v in summary["hack_flags"].items()) or "none"
+        t.add_row("reward-hack flagged rollouts", f"{summary['flagged_rollouts']} ({flags})")
+        t.add_row("rubric versions added online", str(summary["rubric_versions_added"]))
+        for fam, c in summary["critic_calibration"].items():
+            t.add_row(f"critic vs verifier: {fam}", f"accuracy {c['accuracy']:.3f}, ECE {c['ece']:.3f}, n={c['n']}")
+        for name, m in summary["heldout_mean_reward"].items():
+            t.add_row(f"{name} mean reward", "-" if m is None else f"{m:.3f}")
+    for fam, rows in (summary.get("difficulty") or {}).items():
+        steps = " → ".join(f"{r['step']:+d}" + (f" ({r['train_pass_rate']:.2f})" if r["train_pass_rate"] is not None else "")
+                           for r in rows)
+        t.add_row(f"difficulty {fam}", f"rung (train pass@1) by round: {steps}")
+    if summary.get("proposed_tasks"):
+        t.add_row("proposed → accepted tasks", f"{summary['proposed_tasks']} → {summary['accepted_tasks']} "
+                  f"(rejected: {summary.get('proposal_rejections')})")
+    t.add_row("held-out pass@1 before", _fmt_eval(summary.get("heldout_before")))
+    t.add_row("held-out pass@1 after", _fmt_eval(summary.get("heldout_after")))
+    t.add_row("  … after, no lessons", _fmt_eval(summary.get("heldout_after_no_lessons")))
+    for key, label in (("heldout_after_vs_before", "after − before (paired)"),
+                       ("lessons_vs_no_lessons", "lessons − no lessons (paired)")):
+        t.add_row(label, _fmt_paired(summary.get(key)))
+    if len(summary.get("cycles") or []) > 1 or any(c.get("adapter_id") for c in summary.get("cycles") or []):
+        for c in summary["cycles"]:
+            t.add_row(f"cycle {c['cycle']}", f"{c['adapter_id'] or 'no sleep'}: {c['examples']} examples; held-out "
+                      f"{_fmt_eval(c['heldout'])}; no lessons {_fmt_eval(c['heldout_no_lessons'])}; train pass@1 "
+                      f"{c['train_pass_at_1']}, pass@k {c['train_pass_at_k']}; vs before {_fmt_paired(c['vs_before'])}")
+    if any(v["step"] != 0 for v in (summary.get("difficulty_final") or {}).values()):
+        t.add_row("held-out pass@1 at final difficulty", _fmt_eval(summary.get("heldout_final_difficulty")))
+        t.add_row("  … no lessons", _fmt_eval(summary.get("heldout_final_difficulty_no_lessons")))
+    t.add_row("wall time", f"{summary.get('wall_time_s')} s")
+    console.print(t)

@@ -1,0 +1,41 @@
+"""`arena tui`: the Textual app over a lesson library; the only importer of the `tui` package (lazily)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from arena.cli.support import fail, quiet_libraries
+
+
+def tui(
+    db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL (the one `arena run --db` writes).")] = "arena.db",
+    library_tokens: Annotated[int, typer.Option(help="Token budget of all live lessons, applied to edits (as in `arena run`).")] = 4096,
+    solver: Annotated[str, typer.Option(help="Whose tokenizer counts edited lessons' tokens: local (SmolLM2) or openai:MODEL.")] = "local",
+) -> None:
+    """Browse and curate sessions, episodes, rollouts, lessons and adapters in the terminal (Textual)."""
+    quiet_libraries()
+    from arena.config import check_db
+    from lessons.library.store import StoreError, check_database
+
+    try:
+        check_db(db)
+        check_database(db)  # the directory exists and is writable (edits write), without creating the file
+        if library_tokens < 1:
+            raise ValueError(f"--library-tokens must be >= 1, got {library_tokens}")
+        if solver != "local" and not (solver.startswith("openai:") and len(solver) > len("openai:")):
+            raise ValueError(f"--solver must be 'local' or 'openai:MODEL', got {solver!r}")
+        from lessons.library.read_models import DatabaseProblem, open_store
+
+        try:
+            open_store(db).close()  # a corrupt file or newer schema: one line here, not inside the app
+        except DatabaseProblem as e:
+            if e.kind != "missing":  # a missing database gets the app's how-to-create-one screen
+                raise StoreError(str(e)) from None
+    except (StoreError, ValueError) as e:
+        raise fail(str(e)) from None
+    from arena.cli.lessons import token_counter
+    from tui.app import run as run_tui
+
+    run_tui(db, library_tokens=library_tokens, token_counter=lambda: token_counter(solver))
