@@ -36,7 +36,8 @@ from lessons.db.schema import (
     TaskRow,
 )
 from lessons.library.curation import CurationPolicy, CurationResult, Provenance, TokenCounter
-from lessons.library.store import EventInfo, LessonInfo, LessonStore, StoreError, _lesson_info
+from lessons.library.lessons import lesson_info
+from lessons.library.store import EventInfo, LessonInfo, LessonStore, StoreError
 from lessons.outcomes import HELDOUT_AFTER, HELDOUT_BEFORE
 
 PAGE_SIZE = 100  # lessons per page of the lessons table
@@ -556,7 +557,7 @@ class ArenaData:
             ids = [r[0] for r in s.execute(sql_text(sql), params)]
             t = LessonRow.__table__
             by_id = {m["id"]: m for m in s.execute(select(t).where(t.c.id.in_(ids))).mappings()} if ids else {}
-        rows = [_lesson_info(by_id[i]) for i in ids if i in by_id]
+        rows = [lesson_info(by_id[i]) for i in ids if i in by_id]
         return LessonPage(rows, len(rows), 0, 1, query=text)
 
     def lesson_detail(self, lesson_id: str) -> LessonDetail | None:

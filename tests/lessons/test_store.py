@@ -178,7 +178,7 @@ def test_unwritable_path_is_a_store_error_even_as_root(
     denied = tmp_path if target == "directory" else path
     real_access = os.access
     monkeypatch.setattr(
-        "lessons.library.store.os.access", lambda p, mode: False if Path(p) == denied else real_access(p, mode)
+        "lessons.db.engine.os.access", lambda p, mode: False if Path(p) == denied else real_access(p, mode)
     )
     with pytest.raises(StoreError, match=f"{target} is not writable|{target} .* is not writable"):
         LessonStore(str(path))

@@ -18,9 +18,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
-from lessons.db.schema import LESSON_STATUSES
 from lessons.library.read_models import PAGE_SIZE, LessonDetail, LessonPage
 from lessons.library.store import LessonInfo
+from lessons.vocab import LESSON_STATUSES
 from tui.screens.base import USER_ERRORS, DataScreen, one_line
 
 TEXT_WIDTH = 56  # characters of lesson text shown in the table
