@@ -32,32 +32,17 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agents.parsing import ParseError, parse_model
 from agents.policy import Message, Policy
-
-Category = Literal["essential", "important", "optional", "pitfall"]
+from lessons.criteria import Category, criterion_body, criterion_category
 
 MAX_WEIGHT = 5.0  # |weight| of one criterion (RaR: essential 5, important 3-4, optional 1-2, pitfall -1/-2)
 MAX_CRITERIA = 30  # per rubric; more would not fit a small judge's context
 TITLE_MAX_CHARS = 120
 DESCRIPTION_MAX_CHARS = 600
-
-_CATEGORY = re.compile(r"^\s*(essential|important|optional|pitfall)(?:\s+criteri(?:a|on))?\s*:\s*", re.I)
-
-
-def criterion_category(description: str) -> Category | None:
-    """The category a RaR description starts with (``"Pitfall Criteria: …"`` → ``"pitfall"``), or None."""
-    m = _CATEGORY.match(description)
-    return m.group(1).lower() if m else None  # type: ignore[return-value]
-
-
-def criterion_body(description: str) -> str:
-    """The description without its category prefix."""
-    return _CATEGORY.sub("", description, count=1).strip()
 
 
 class Criterion(BaseModel):
