@@ -306,6 +306,22 @@ def test_record_episode_is_idempotent(store: LessonStore, sid: int, db_path: Pat
     }  # fmt: skip
 
 
+def test_latest_session_with_episodes(store: LessonStore, sid: int) -> None:
+    assert store.latest_session_with_episodes() is None  # a session without episodes does not count
+    store.record_episode(episode(sid, "r001-a"))
+    later = store.create_session("s2", {}, seed=1)  # newer, but no episodes yet
+    assert later > sid and store.latest_session_with_episodes() == "s1"
+
+
+def test_repositories_open_alone(db_path: Path) -> None:
+    from lessons.library.sessions import SessionRepository
+
+    with SessionRepository(str(db_path)) as repo:
+        repo.create_session("alone", {}, seed=0)
+    with LessonStore(str(db_path)) as st:
+        assert st.get_session("alone") is not None
+
+
 def test_record_episode_without_reflection(store: LessonStore, sid: int, db_path: Path) -> None:
     res = store.record_episode(episode(sid, "r001-a", reflection=False))
     assert res is not None and res.lessons_added == [] and count(db_path, "lesson_events") == 0
