@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 Category = Literal["essential", "important", "optional", "pitfall"]
 
+CATEGORIES: tuple[Category, ...] = ("essential", "important", "optional", "pitfall")
+
 MAX_WEIGHT = 5.0  # |weight| of one criterion (RaR: essential 5, important 3-4, optional 1-2, pitfall -1/-2)
 MAX_CRITERIA = 30  # per rubric; more would not fit a small judge's context
 TITLE_MAX_CHARS = 120
@@ -29,7 +31,15 @@ _CATEGORY = re.compile(r"^\s*(essential|important|optional|pitfall)(?:\s+criteri
 
 
 def criterion_category(description: str) -> Category | None:
-    """The category a RaR description starts with (``"Pitfall Criteria: …"`` → ``"pitfall"``), or None."""
+    """The category a RaR description starts with (``"Pitfall Criteria: …"`` → ``"pitfall"``), or None.
+
+    Args:
+        description: the criterion's description.
+
+    Returns:
+        One of :data:`CATEGORIES`, or None when the description does not start with one
+        followed by a colon.
+    """
     m = _CATEGORY.match(description)
     return m.group(1).lower() if m else None  # type: ignore[return-value]
 

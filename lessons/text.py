@@ -1,4 +1,4 @@
-"""Small text helpers shared by the roles and the library audits."""
+"""Small text helpers shared by the roles, the library and its audits."""
 
 from __future__ import annotations
 
@@ -45,3 +45,13 @@ def neutralise_lesson(text: str) -> str:
     text = _CONTROL.sub(" ", text)
     text = _ROLE.sub(lambda m: f"{m.group(1).lower()} - ", text)
     return re.sub(r"\s+", " ", text).strip()
+
+
+def normalise_lesson_text(text: str) -> str:
+    """The form under which two lesson texts count as duplicates.
+
+    Lower-case, punctuation removed, whitespace collapsed: ``"Add the numbers, then
+    check."`` and ``"add the numbers then check"`` are the same lesson.
+    """
+    t = re.sub(r"[^\w\s]|_", " ", text.lower())
+    return " ".join(t.split())

@@ -199,8 +199,8 @@ def lessons_search(
     """Full-text search of lesson texts, best match first."""
 
     def go():
-        from lessons.db.schema import LESSON_STATUSES
         from lessons.library.retrieval import bm25_scan, query_terms
+        from lessons.vocab import LESSON_STATUSES
 
         if status is not None and status not in LESSON_STATUSES:
             raise ValueError(f"--status must be one of {', '.join(LESSON_STATUSES)}, got {status!r}")

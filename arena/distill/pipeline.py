@@ -123,15 +123,7 @@ def session_heldout(store: LessonStore, db: str, session: str) -> tuple[SessionC
 
 def latest_session(store: LessonStore, db: str) -> str:
     """The newest session that has rollouts; DistillError when there is none."""
-    from sqlalchemy import select
-
-    from lessons.db.schema import EpisodeRow, SessionRow
-
-    with store.read() as s:
-        name = s.scalar(
-            select(SessionRow.name).join(EpisodeRow, EpisodeRow.session_id == SessionRow.id)
-            .order_by(SessionRow.id.desc()).limit(1)
-        )
+    name = store.latest_session_with_episodes()
     if name is None:
         raise DistillError(f"no session with rollouts in {db}; run `arena run --db {db}` first")
     return name

@@ -7,8 +7,9 @@ pypi/warehouse ``warehouse/db.py``. The schema is created and migrated only by t
 Alembic revisions in :mod:`lessons.db.migrations` (:func:`alembic_config`); a test checks
 that the revisions and these models do not drift apart.
 
-Only :mod:`lessons.library.store` should touch these classes; the rest of the app goes through
-:class:`lessons.library.store.LessonStore`.
+Only modules of :mod:`lessons` touch these classes (the repositories of :mod:`lessons.library`);
+the rest of the app goes through :class:`lessons.library.store.LessonStore` and the sibling
+stores, which return plain records.
 
 Conventions:
 
@@ -17,7 +18,7 @@ Conventions:
 - JSON columns are replaced, never mutated in place (SQLAlchemy does not track nested
   changes; sqlalchemy #5218).
 - Enumerated string columns (``status``, ``split``, ``op``) are plain strings validated by
-  the store against the ``*_VALUES`` tuples below, not by database CHECK constraints, so a
+  the repositories against the tuples of :mod:`lessons.vocab`, not by database CHECK constraints, so a
   new value does not need a table rebuild on SQLite.
 """
 
@@ -45,28 +46,24 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-# --------------------------------------------------------------------------- enumerations
-
-SESSION_STATUSES = ("running", "finished", "failed", "interrupted")
-SPLITS = ("train", "heldout")
-TASK_SOURCES = ("reasoning_gym", "jsonl", "proposed")  # "proposed": exact/numeric match on an agreed reference
-# Where a task came from (arena.session.curriculum): a generator draw, a task file, or the proposer role.
-TASK_ORIGINS = ("generator", "file", "proposer")
-PROPOSAL_STATUSES = ("accepted", "rejected")
-LESSON_STATUSES = ("candidate", "active", "retired", "distilled")
-# ADD/EDIT/MERGE/RETIRE/UPVOTE/DOWNVOTE are curation ops (ACE, ExpeL); TAG_NEUTRAL records a
-# neutral tag; PROMOTE a candidate becoming active on evidence; IMPORT a lesson read from a
-# JSONL export; DISTILL a lesson whose effect an adapter keeps.
-LESSON_OPS = ("ADD", "EDIT", "MERGE", "RETIRE", "UPVOTE", "DOWNVOTE", "TAG_NEUTRAL", "PROMOTE", "IMPORT", "DISTILL")
-# Statuses whose lessons may be retrieved into a solver prompt and count against the library budget.
-LIVE_STATUSES = ("candidate", "active")
-# Statuses retrieval may show: live ones, and distilled ones unless the adapter that distilled them is in use.
-RETRIEVABLE_STATUSES = ("candidate", "active", "distilled")
-HINT_MODES = ("plan", "feedback", "answer")
-GRADING_STATUSES = ("graded", "ungraded")  # rollouts.grading_status; NULL (older rows) means graded
-RUBRIC_SOURCES = ("task", "online")  # where a rubric version / criterion came from
-ADAPTER_OBJECTIVES = ("distill", "sft", "guided-unweighted")
-ADAPTER_LESSON_RELATIONS = ("in_context", "distilled")
+# The enumerations live in lessons.vocab (no ORM there, so the CLI and the TUI can import them);
+# re-exported here for the modules of lessons that read them with the rows.
+from lessons.vocab import (  # noqa: F401 - re-exported
+    ADAPTER_LESSON_RELATIONS,
+    ADAPTER_OBJECTIVES,
+    GRADING_STATUSES,
+    HINT_MODES,
+    LESSON_OPS,
+    LESSON_STATUSES,
+    LIVE_STATUSES,
+    PROPOSAL_STATUSES,
+    RETRIEVABLE_STATUSES,
+    RUBRIC_SOURCES,
+    SESSION_STATUSES,
+    SPLITS,
+    TASK_ORIGINS,
+    TASK_SOURCES,
+)
 
 # Where the Alembic environment and revisions live (a package, shipped with the wheel).
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"

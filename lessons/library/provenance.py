@@ -52,7 +52,7 @@ def build_graph(store: LessonStore) -> nx.DiGraph:
     numbers, so GraphML can hold them.
     """
     g = nx.DiGraph()
-    with store.read() as s:  # noqa: SLF001 - one read transaction for a consistent snapshot
+    with store.read() as s:  # one read transaction for a consistent snapshot
         lessons = {row.id: row for row in s.scalars(select(LessonRow))}
         for row in lessons.values():
             g.add_node(

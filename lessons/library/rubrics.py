@@ -1,7 +1,7 @@
 """Rubric storage: rubric versions with criterion lineage, per-criterion verdicts, grading status and hack flags.
 
 Kept apart from :mod:`lessons.library.store` (it works on the same database through the
-:class:`~lessons.library.store.LessonStore`'s engine and transactions). What it stores:
+:class:`~lessons.library.store.LessonStore`'s public ``read()`` / ``write()`` sessions). What it stores:
 
 - ``rubrics`` / ``rubric_criteria``: version 1 of each rubric task's rubric (from its task
   file line), and every later version written by online rubrics (OnlineRubrics,
@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
+from lessons.criteria import criterion_category
 from lessons.db.schema import (
     CriterionVerdictRow,
     EpisodeRow,
@@ -128,11 +129,6 @@ class VerdictInfo:
     reason: str
 
 
-def _category(description: str) -> str:
-    head = description.split(":", 1)[0].strip().lower()
-    return head.split()[0] if head else ""
-
-
 def _criterion_info(row: RubricCriterionRow) -> CriterionInfo:
     return CriterionInfo(
         id=row.id, position=row.position, title=row.title, description=row.description, weight=row.weight,
@@ -162,12 +158,6 @@ class RubricStore:
     def __init__(self, store: LessonStore) -> None:
         self._store = store
 
-    def _read(self):
-        return self._store.read()
-
-    def _write(self):
-        return self._store.write()
-
     @staticmethod
     def _task_id(s, session_id: int, task_key: str) -> int:
         tid = s.scalar(select(TaskRow.id).where(TaskRow.session_id == session_id, TaskRow.task_key == task_key))
@@ -177,11 +167,12 @@ class RubricStore:
 
     @staticmethod
     def _add_criteria(s, rubric_id: int, items: Sequence[Mapping[str, Any]], start: int) -> None:
+        """Add ``items`` as criteria ``start, start+1, ...``; the category comes from each description (``""`` if none)."""
         for i, c in enumerate(items):
             s.add(
                 RubricCriterionRow(
                     rubric_id=rubric_id, position=start + i, title=str(c["title"]), description=str(c["description"]),
-                    weight=float(c["weight"]), category=_category(str(c["description"])),
+                    weight=float(c["weight"]), category=criterion_category(str(c["description"])) or "",
                     source=str(c.get("source", "task")), inherited_from_id=c.get("inherited_from_id"),
                     motivating_rollout_ids=list(c.get("motivating_rollout_ids") or []),
                     motivation=dict(c["motivation"]) if c.get("motivation") is not None else None,
@@ -202,7 +193,7 @@ class RubricStore:
             StoreError: a task key is not stored for the session.
         """
         written = 0
-        with self._write() as s, s.begin():
+        with self._store.write() as s, s.begin():
             for key, items in rubrics.items():
                 tid = self._task_id(s, session_id, key)
                 if s.scalar(select(RubricRow.id).where(RubricRow.task_id == tid).limit(1)) is not None:
@@ -225,13 +216,13 @@ class RubricStore:
 
     def current_rubric(self, session_id: int, task_key: str) -> RubricInfo | None:
         """The newest rubric version of a task, or None when it has no rubric."""
-        with self._read() as s:
+        with self._store.read() as s:
             rows = self._versions(s, session_id, task_key)
             return _rubric_info(rows[-1], task_key) if rows else None
 
     def rubric_history(self, session_id: int, task_key: str) -> list[RubricInfo]:
         """Every rubric version of a task, oldest first."""
-        with self._read() as s:
+        with self._store.read() as s:
             return [_rubric_info(r, task_key) for r in self._versions(s, session_id, task_key)]
 
     def add_version(
@@ -263,7 +254,7 @@ class RubricStore:
         """
         if not new_criteria:
             raise ValueError("a new rubric version needs at least one new criterion")
-        with self._write() as s, s.begin():
+        with self._store.write() as s, s.begin():
             rows = self._versions(s, session_id, task_key)
             if not rows:
                 raise StoreError(f"task {task_key} has no rubric in session {session_id}")
@@ -288,7 +279,7 @@ class RubricStore:
     def criterion_lineage(self, criterion_id: int) -> list[CriterionInfo]:
         """A criterion and its ancestors through ``inherited_from_id``, newest first (the last is where it was written)."""
         out: list[CriterionInfo] = []
-        with self._read() as s:
+        with self._store.read() as s:
             cid: int | None = criterion_id
             while cid is not None:
                 row = s.get(RubricCriterionRow, cid)
@@ -318,7 +309,7 @@ class RubricStore:
         Raises:
             StoreError: the episode is not recorded.
         """
-        with self._write() as s, s.begin():
+        with self._store.write() as s, s.begin():
             eid = s.scalar(select(EpisodeRow.id).where(EpisodeRow.session_id == session_id, EpisodeRow.episode_key == episode_key))
             if eid is None:
                 raise StoreError(f"episode {episode_key} of session {session_id} is not recorded")
@@ -349,7 +340,7 @@ class RubricStore:
             .where(CriterionVerdictRow.rollout_id == rollout_id)
             .order_by(RubricCriterionRow.position)
         )
-        with self._read() as s:
+        with self._store.read() as s:
             return [VerdictInfo(rollout_id, c.id, c.title, c.weight, v.met, v.reason) for v, c in s.execute(q)]
 
     def episode_rollouts(self, session_id: int, episode_keys: Iterable[str]) -> list[RolloutRow]:
@@ -365,7 +356,7 @@ class RubricStore:
             .where(EpisodeRow.session_id == session_id, EpisodeRow.episode_key.in_(keys))
             .order_by(RolloutRow.id)
         )
-        with self._read() as s:
+        with self._store.read() as s:
             out = []
             for row, key in s.execute(q):
                 s.expunge(row)
@@ -381,7 +372,7 @@ class RubricStore:
             hack flag), ``hack_flags`` (flag → count), ``rubric_versions_added`` (online versions
             written in this session).
         """
-        with self._read() as s:
+        with self._store.read() as s:
             rows = s.execute(
                 select(RolloutRow.grading_status, RolloutRow.reward, RolloutRow.hack_flags)
                 .join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
@@ -424,7 +415,7 @@ class RubricStore:
         )
         if session_id is not None:
             q = q.where(EpisodeRow.session_id == session_id)
-        with self._read() as s:
+        with self._store.read() as s:
             return [(f, float(r), float(v)) for f, r, v in s.execute(q)]
 
     def session_rollouts(self, session_id: int, episode_key: str | None = None) -> list[tuple[RolloutRow, str]]:
@@ -437,7 +428,7 @@ class RubricStore:
         )
         if episode_key is not None:
             q = q.where(EpisodeRow.episode_key == episode_key)
-        with self._read() as s:
+        with self._store.read() as s:
             out = []
             for row, key in s.execute(q):
                 s.expunge(row)

@@ -152,7 +152,7 @@ def _iso(dt: datetime) -> str:
 
 def export_lines(store: LessonStore) -> Iterator[str]:
     """One JSON line per lesson (oldest first) with its whole history."""
-    with store.read() as s:  # noqa: SLF001 - one read transaction for a consistent export
+    with store.read() as s:  # one read transaction for a consistent export
         lessons = s.scalars(select(LessonRow).order_by(LessonRow.id)).all()
         ids = {row.id: row.lesson_id for row in lessons}
         episodes = {

@@ -178,7 +178,7 @@ def test_unwritable_path_is_a_store_error_even_as_root(
     denied = tmp_path if target == "directory" else path
     real_access = os.access
     monkeypatch.setattr(
-        "lessons.library.store.os.access", lambda p, mode: False if Path(p) == denied else real_access(p, mode)
+        "lessons.db.engine.os.access", lambda p, mode: False if Path(p) == denied else real_access(p, mode)
     )
     with pytest.raises(StoreError, match=f"{target} is not writable|{target} .* is not writable"):
         LessonStore(str(path))
@@ -304,6 +304,22 @@ def test_record_episode_is_idempotent(store: LessonStore, sid: int, db_path: Pat
     assert {t: count(db_path, t) for t in before} == before == {
         "episodes": 1, "rollouts": 2, "lessons": 1, "lesson_events": 1,
     }  # fmt: skip
+
+
+def test_latest_session_with_episodes(store: LessonStore, sid: int) -> None:
+    assert store.latest_session_with_episodes() is None  # a session without episodes does not count
+    store.record_episode(episode(sid, "r001-a"))
+    later = store.create_session("s2", {}, seed=1)  # newer, but no episodes yet
+    assert later > sid and store.latest_session_with_episodes() == "s1"
+
+
+def test_repositories_open_alone(db_path: Path) -> None:
+    from lessons.library.sessions import SessionRepository
+
+    with SessionRepository(str(db_path)) as repo:
+        repo.create_session("alone", {}, seed=0)
+    with LessonStore(str(db_path)) as st:
+        assert st.get_session("alone") is not None
 
 
 def test_record_episode_without_reflection(store: LessonStore, sid: int, db_path: Path) -> None:

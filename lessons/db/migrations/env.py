@@ -2,7 +2,7 @@
 
 Configured programmatically by :func:`lessons.db.schema.alembic_config` (there is no
 ``alembic.ini``). Runs on the connection passed as ``config.attributes["connection"]``
-when there is one (that is how :class:`lessons.library.store.LessonStore` migrates on open, inside
+when there is one (that is how :class:`lessons.db.engine.Database` migrates on open, inside
 its own ``BEGIN IMMEDIATE`` transaction), otherwise on a new engine for
 ``sqlalchemy.url``. SQLite uses batch mode (``render_as_batch``), so ALTERs become table
 rebuilds (as in mealie's migrations).
