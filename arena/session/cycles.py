@@ -13,7 +13,8 @@ continues the last adapter on this cycle's rollouts. Each adapter records its pa
 adapter that sampled the cycle's rollouts) and its cycle; each rollout records the adapter that
 sampled it, so its stored log-probs are π_old of that policy.
 
-Held-out greedy pass@1 (:class:`HeldoutEvals`) is measured before the sleep (the wake's solver,
+Held-out greedy pass@1 (:class:`HeldoutEvals`: :func:`arena.evaluation.evaluate_heldout`, cached and
+recorded by name) is measured before the sleep (the wake's solver,
 with and without lessons: the figures that decide which lessons the adapter distilled) and after
 it (``heldout_cycle{c}`` / ``heldout_cycle{c}_no_lessons``). A sleep is registered only after its
 adapter was saved and evaluated; a kill before that leaves no adapter row, and the resumed
