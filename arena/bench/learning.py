@@ -154,20 +154,11 @@ def sampled_pass(policy: Any, chats: Sequence[Sequence[dict[str, str]]], tasks: 
     return {"pass_at_1": round(sum(p1) / n, 4), f"pass_at_{k}": round(sum(pk) / n, 4), "n": n, "k": k}
 
 
-def _passes(details: dict[str, Any]) -> list[bool]:
-    """Per-task passes of an :func:`arena.session.runner.evaluate_heldout` result (the project's success rule)."""
-    from arena.session.cycles import Evaluated
-
-    rows = details["tasks"]
-    return Evaluated([row["reward"] for row in rows], [list(row["lessons"]) for row in rows], rows).passes
-
-
 def _heldout(passes: Sequence[bool]) -> dict[str, Any]:
-    from arena.stats import wilson_interval
+    """``{"pass_at_1", "n", "ci95"}`` of per-task passes (:func:`arena.evaluation.wilson_summary`)."""
+    from arena.evaluation import wilson_summary
 
-    n, c = len(passes), sum(passes)
-    lo, hi = wilson_interval(c, n)
-    return {"pass_at_1": round(c / n, 4) if n else 0.0, "n": n, "ci95": [round(lo, 4), round(hi, 4)]}
+    return wilson_summary(sum(passes), len(passes), with_passes=False)
 
 
 def oracle_examples(tasks: Sequence[Any], encode: Callable[[str], list[int]]) -> list[Any]:
@@ -284,14 +275,13 @@ def _base(bcfg: LearningBenchConfig, heldout: list[Any], k_tasks: list[Any], db:
     """The base model without lessons: held-out greedy passes and the condition's record."""
     from agents.backends.local import LocalPolicy
     from agents.roles.solver import solver_messages
-    from arena.session.runner import evaluate_heldout
+    from arena.evaluation import evaluate_heldout
     from lessons.library.store import LessonStore
 
     policy = LocalPolicy()
     try:
         with LessonStore(str(db)) as store:
-            _, details = evaluate_heldout(store, policy, heldout, False, 0, bcfg.max_tokens)
-        passes = _passes(details)
+            passes = evaluate_heldout(store, policy, heldout, False, 0, bcfg.max_tokens).passes
         sampled = sampled_pass(policy, [solver_messages(t.question) for t in k_tasks], k_tasks, bcfg.pass_k,
                                bcfg.temperature, bcfg.max_tokens, bcfg.seed)
     finally:
@@ -373,7 +363,7 @@ def _oracle(bcfg: LearningBenchConfig, splits: Any, heldout: list[Any], k_tasks:
     from agents.roles.solver import solver_messages
     from arena.distill.config import TrainConfig
     from arena.distill.trainer import train
-    from arena.session.runner import evaluate_heldout
+    from arena.evaluation import evaluate_heldout
     from arena.stats import paired_comparison
     from lessons.library.store import LessonStore
 
@@ -388,8 +378,7 @@ def _oracle(bcfg: LearningBenchConfig, splits: Any, heldout: list[Any], k_tasks:
     gc.collect()
     policy = LocalPolicy(adapter=adapter_dir)  # as `arena run --adapter` loads it
     with LessonStore(str(out / "oracle.db")) as store:  # no lessons: the library stays empty
-        _, details = evaluate_heldout(store, policy, heldout, False, 0, bcfg.max_tokens)
-    passes = _passes(details)
+        passes = evaluate_heldout(store, policy, heldout, False, 0, bcfg.max_tokens).passes
     sampled = sampled_pass(policy, [solver_messages(t.question) for t in k_tasks], k_tasks, bcfg.pass_k,
                            bcfg.temperature, bcfg.max_tokens, bcfg.seed)
     policy.close()

@@ -29,7 +29,6 @@ import os
 import shutil
 import sys
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,8 +51,7 @@ from arena.distill.weights import (
     check_adapter_dir,
     save_adapter,
 )
-from arena.episode.graph import retrieve_for_task
-from arena.session.runner import evaluate_heldout
+from arena.evaluation import EvalResult, evaluate_heldout, shows_lessons
 from arena.stats import wilson_interval
 from arena.tasks.model import Task
 from arena.tasks.sources import load_tasks
@@ -72,28 +70,6 @@ CONDITION_LABELS = {
 
 class DistillError(ValueError):
     """A user-fixable problem with a distillation or evaluation request; one line for stderr."""
-
-
-@dataclass
-class EvalResult:
-    """Greedy held-out pass@1 of one condition."""
-
-    rewards: list[float]  # one per task, input order
-    lessons: list[list[str]]  # lesson ids shown per task
-
-    @property
-    def n(self) -> int:
-        return len(self.rewards)
-
-    @property
-    def passes(self) -> int:
-        return count_passes(self.rewards)
-
-    def summary(self) -> dict[str, Any]:
-        """``{"pass_at_1", "n", "passes", "ci95": [lo, hi]}`` (95% Wilson interval)."""
-        lo, hi = wilson_interval(self.passes, self.n)
-        return {"pass_at_1": round(self.passes / self.n, 4) if self.n else 0.0, "n": self.n, "passes": self.passes,
-                "ci95": [round(lo, 4), round(hi, 4)]}
 
 
 # --------------------------------------------------------------------------- tasks and adapters
@@ -195,15 +171,13 @@ def evaluate(
 ) -> EvalResult:
     """Greedy pass@1 of ``policy`` on ``tasks`` with or without lessons (minus ``exclude``).
 
-    ``reuse``: the no-lessons result of the same policy; returned as is when no task would be
-    shown any lesson (the prompts, hence the greedy completions, are the same).
+    :func:`arena.evaluation.evaluate_heldout` with the verifier's rewards. ``reuse``: the
+    no-lessons result of the same policy; returned as is when no task would be shown any lesson
+    (the prompts, hence the greedy completions, are the same).
     """
-    if with_lessons and reuse is not None:
-        shown = [retrieve_for_task(store, t, lesson_tokens, policy.count_tokens, exclude)[1] for t in tasks]
-        if not any(shown):
-            return reuse
-    rewards, details = evaluate_heldout(store, policy, tasks, with_lessons, lesson_tokens, max_tokens, exclude=exclude)
-    return EvalResult(rewards, [row["lessons"] for row in details["tasks"]])
+    if with_lessons and reuse is not None and not shows_lessons(store, policy, tasks, lesson_tokens, exclude):
+        return reuse
+    return evaluate_heldout(store, policy, tasks, with_lessons, lesson_tokens, max_tokens, exclude=exclude)
 
 
 def distilled_lessons(

@@ -13,7 +13,8 @@ continues the last adapter on this cycle's rollouts. Each adapter records its pa
 adapter that sampled the cycle's rollouts) and its cycle; each rollout records the adapter that
 sampled it, so its stored log-probs are π_old of that policy.
 
-Held-out greedy pass@1 (:class:`HeldoutEvals`) is measured before the sleep (the wake's solver,
+Held-out greedy pass@1 (:class:`HeldoutEvals`: :func:`arena.evaluation.evaluate_heldout`, cached and
+recorded by name) is measured before the sleep (the wake's solver,
 with and without lessons: the figures that decide which lessons the adapter distilled) and after
 it (``heldout_cycle{c}`` / ``heldout_cycle{c}_no_lessons``). A sleep is registered only after its
 adapter was saved and evaluated; a kill before that leaves no adapter row, and the resumed
@@ -25,19 +26,18 @@ from __future__ import annotations
 import gc
 import shutil
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from agents.policy import Policy
 from arena.config import SessionConfig
-from arena.episode.graph import retrieve_for_task
-from arena.stats import mean_pass_at_k, paired_comparison, wilson_interval
+from arena.evaluation import EvalResult, evaluate_heldout, shows_lessons
 from arena.tasks.model import Task
 from lessons.library.adapters import AdapterInfo, AdapterRecord, AdapterStore
 from lessons.library.store import LessonStore
-from lessons.outcomes import HELDOUT_AFTER, HELDOUT_AFTER_NO_LESSONS, HELDOUT_BEFORE, eval_name, passes
+from lessons.outcomes import eval_name
 
 
 def cycle_rounds(cfg: SessionConfig, cycle: int) -> range:
@@ -55,31 +55,6 @@ class Solver:
     exclude: tuple[str, ...] = ()  # lessons distilled into the adapter chain: they leave the prompt
 
 
-@dataclass
-class Evaluated:
-    """One held-out greedy evaluation: per-task rewards and the lessons each prompt showed."""
-
-    rewards: list[float | None]  # per task, input order (None: ungraded)
-    lessons: list[list[str]]
-    rows: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def passes(self) -> list[bool]:
-        return [passes(r) for r in self.rewards]
-
-    def summary(self) -> dict[str, Any]:
-        """``{"pass_at_1", "n", "ci95"}`` with the 95% Wilson interval."""
-        n, k = len(self.rewards), sum(self.passes)
-        lo, hi = wilson_interval(k, n)
-        return {"pass_at_1": round(k / n, 4) if n else 0.0, "n": n, "ci95": [round(lo, 4), round(hi, 4)]}
-
-    def as_eval_result(self) -> Any:
-        """The :class:`arena.distill.pipeline.EvalResult` view (for :func:`arena.distill.pipeline.distilled_lessons`)."""
-        from arena.distill.pipeline import EvalResult
-
-        return EvalResult([0.0 if r is None else float(r) for r in self.rewards], self.lessons)
-
-
 class HeldoutEvals:
     """Held-out greedy pass@1 of a session's solvers, recorded by name and never measured twice.
 
@@ -92,33 +67,27 @@ class HeldoutEvals:
                  max_tokens: int) -> None:
         self.store, self.session_id, self.tasks = store, session_id, list(tasks)
         self.lesson_tokens, self.max_tokens = lesson_tokens, max_tokens
-        self._plain: dict[str | None, Evaluated] = {}  # adapter id -> its no-lessons result
+        self._plain: dict[str | None, EvalResult] = {}  # adapter id -> its no-lessons result
 
-    def stored(self, name: str) -> Evaluated | None:
+    def stored(self, name: str) -> EvalResult | None:
         """The evaluation ``name`` as recorded, or None."""
         e = self.store.evaluations(self.session_id).get(name)
         if e is None:
             return None
         rows = list(e.details.get("tasks") or [])
         rewards = [row.get("reward") for row in rows] if rows else list(e.details.get("rewards") or [])
-        return Evaluated(rewards, [list(row.get("lessons") or []) for row in rows] or [[] for _ in rewards], rows)
+        return EvalResult(rewards, [list(row.get("lessons") or []) for row in rows] or [[] for _ in rewards], rows)
 
-    def compute(self, solver: Solver, with_lessons: bool, exclude: Collection[str] | None = None) -> Evaluated:
+    def compute(self, solver: Solver, with_lessons: bool, exclude: Collection[str] | None = None) -> EvalResult:
         """Evaluate without recording (``exclude`` default: the solver's)."""
-        from arena.session.runner import evaluate_heldout
-
         exclude = tuple(solver.exclude if exclude is None else exclude)
         if with_lessons:
-            shown = [retrieve_for_task(self.store, t, self.lesson_tokens, solver.policy.count_tokens, exclude)[1]
-                     for t in self.tasks]
-            if not any(shown):
+            if not shows_lessons(self.store, solver.policy, self.tasks, self.lesson_tokens, exclude):
                 return self.compute(solver, False)
         elif solver.adapter_id in self._plain:
             return self._plain[solver.adapter_id]
-        rewards, details = evaluate_heldout(self.store, solver.policy, self.tasks, with_lessons, self.lesson_tokens,
-                                            self.max_tokens, exclude=exclude)
-        rows = details["tasks"]
-        out = Evaluated([row["reward"] for row in rows], [list(row["lessons"]) for row in rows], rows)
+        out = evaluate_heldout(self.store, solver.policy, self.tasks, with_lessons, self.lesson_tokens,
+                               self.max_tokens, exclude=exclude)
         if not with_lessons:
             self._plain[solver.adapter_id] = out
         return out
@@ -129,15 +98,15 @@ class HeldoutEvals:
         if got is not None and got.rows and not any(got.lessons) and all(r is not None for r in got.rewards):
             self._plain.setdefault(adapter_id, got)
 
-    def record(self, name: str, result: Evaluated, with_lessons: bool, adapter_id: str | None) -> None:
-        """Store ``result`` under ``name``."""
-        s = result.summary()
+    def record(self, name: str, result: EvalResult, with_lessons: bool, adapter_id: str | None) -> None:
+        """Store ``result`` under ``name`` (its graded rewards; the interval over every task)."""
+        s = result.summary(with_passes=False)
         self.store.record_evaluation(
-            self.session_id, name, "heldout", with_lessons, [r for r in result.rewards if r is not None],
+            self.session_id, name, "heldout", with_lessons, result.graded,
             tuple(s["ci95"]), {"tasks": result.rows, "adapter": adapter_id},
         )
 
-    def run(self, name: str, solver: Solver, with_lessons: bool) -> Evaluated:
+    def run(self, name: str, solver: Solver, with_lessons: bool) -> EvalResult:
         """The evaluation ``name`` of ``solver``: read back when stored, else computed and recorded."""
         got = self.stored(name)
         if got is None:
@@ -275,12 +244,12 @@ def sleep(
         policy.load()
         new = Solver(policy, adapter_id, path, solver.exclude)
         plain = evals.compute(new, False)
-        distilled = distilled_lessons(data.lessons_in_context, wake_plain.as_eval_result(),
-                                      wake_lessons.as_eval_result(), plain.as_eval_result())
+        distilled = distilled_lessons(data.lessons_in_context, wake_plain, wake_lessons, plain)
         new = replace(new, exclude=tuple(dict.fromkeys([*solver.exclude, *distilled])))
         with_lessons = evals.compute(new, True)
-        evaluation = {"adapter": plain.summary(), "adapter_lessons": with_lessons.summary(),
-                      "wake": wake_plain.summary(), "wake_lessons": wake_lessons.summary(),
+        conditions = {"adapter": plain, "adapter_lessons": with_lessons,
+                      "wake": wake_plain, "wake_lessons": wake_lessons}
+        evaluation = {**{k: e.summary(with_passes=False) for k, e in conditions.items()},
                       "heldout_tasks": len(evals.tasks), "distilled": sorted(distilled)}
         sidecar.metrics, sidecar.eval = metrics, evaluation
         rewrite_sidecar(path, sidecar)
@@ -298,51 +267,3 @@ def sleep(
     evals.record(eval_name(cycle, True), with_lessons, True, info.adapter_id)
     return new, {"adapter_id": info.adapter_id, "data": report,
                  "train": {k: v for k, v in metrics.items() if k != "loss_curve"}}
-
-
-def cycles_summary(store: LessonStore, session: str, session_id: int, cfg: SessionConfig) -> list[dict[str, Any]]:
-    """One record per finished cycle for ``--json``: adapter, examples, held-out pass@1 and the train pass rates.
-
-    Each record: ``cycle``, ``adapter_id`` (None for a cycle without sleep), ``examples``,
-    ``data`` (the sleep's data report), ``heldout`` / ``heldout_no_lessons`` (``{"pass_at_1",
-    "n", "ci95"}``), ``train_pass_at_1`` / ``train_pass_at_k`` (sampled, over the cycle's
-    unguided groups), and the paired tests ``vs_before`` (heldout vs heldout_before) and
-    ``lessons_vs_no_lessons``.
-    """
-    adapters = cycle_adapters(store, session)
-    by_round = store.round_rewards(session_id)
-    evals = HeldoutEvals(store, session_id, [], cfg.lesson_tokens, cfg.max_tokens)
-    before = evals.stored(HELDOUT_BEFORE)
-    out = []
-    for c in range(1, cfg.cycles + 1):
-        groups = [g for r in cycle_rounds(cfg, c) for g in by_round.get(r, [])]
-        if not groups:
-            break
-        info = adapters.get(c)
-        last = c == cfg.cycles
-        with_l = evals.stored(eval_name(c, True)) or (evals.stored(HELDOUT_AFTER) if last else None)
-        plain = evals.stored(eval_name(c, False)) or (evals.stored(HELDOUT_AFTER_NO_LESSONS) if last else None)
-        report = (info.data.get("report") or {}) if info else {}
-        out.append({
-            "cycle": c,
-            "adapter_id": info.adapter_id if info else None,
-            "examples": report.get("examples", info.data.get("examples") if info else 0),
-            "data": report,
-            "heldout": with_l.summary() if with_l else None,
-            "heldout_no_lessons": plain.summary() if plain else None,
-            "train_pass_at_1": round(mean_pass_at_k(groups, 1), 4),
-            "train_pass_at_k": round(mean_pass_at_k(groups, cfg.rollouts), 4),
-            "vs_before": paired(with_l, before),
-            "lessons_vs_no_lessons": paired(with_l, plain),
-            "sleep_refused": None,  # set by the runner when this cycle's sleep had too little data
-        })
-    return out
-
-
-def paired(a: Evaluated | None, b: Evaluated | None) -> dict[str, Any] | None:
-    """:func:`arena.stats.paired_comparison` of two evaluations on the same tasks (None when either is missing)."""
-    if a is None or b is None or len(a.rewards) != len(b.rewards) or not a.rewards:
-        return None
-    if a.rows and b.rows and [r.get("task_key") for r in a.rows] != [r.get("task_key") for r in b.rows]:
-        return None  # not the same tasks in the same order: no pairing
-    return paired_comparison(a.passes, b.passes)
