@@ -16,14 +16,13 @@ import torch
 from agents.backends.batching import DecodeEngine, DecodeRow, _pick_tokens, decode_rows, plan_batches, row_seed
 from agents.backends.local import LocalPolicy
 from agents.roles.solver import solver_messages
-from tests.agents.test_local_tiny import tiny_dir  # noqa: F401 - the module-scoped tiny checkpoint fixture
 
 QUESTIONS = ["Hi.", "What is 17 - 5 + 3 - 9? Explain every step carefully, then answer.", "Name a prime.",
              "A much longer question about adding numbers: 12 + 30 + 7 + 41 + 5 + 6, show your work please."]
 
 
 @pytest.fixture(scope="module")
-def tiny_cpu(tiny_dir):  # noqa: F811
+def tiny_cpu(tiny_dir):
     policy = LocalPolicy(model_dir=tiny_dir, device="cpu", batch_window_s=0.2)
     policy.load()
     return policy

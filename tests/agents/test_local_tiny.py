@@ -10,44 +10,15 @@ rounding noise).
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 
 import pytest
 import torch
 
-from agents.backends.local import LocalPolicy, converted_model_dir
+from agents.backends.local import LocalPolicy
 from agents.roles.solver import solver_messages
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
-
-
-def _tokenizer_dir() -> Path:
-    env = os.environ.get("ARENA_TEST_TOKENIZER_DIR")
-    if env:
-        return Path(env)
-    from agents.backends.local import ensure_converted
-
-    ensure_converted()
-    return converted_model_dir()
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    out = tmp_path_factory.mktemp("tiny-llama")
-    tok = AutoTokenizer.from_pretrained(_tokenizer_dir())
-    tok.save_pretrained(out)
-    cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True, initializer_range=0.5,
-        bos_token_id=1, eos_token_id=2, pad_token_id=2,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module", params=DEVICES)

@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 import pytest
-
-from tests.arena.test_cli_errors import arena, assert_one_line_error
+from cli_helpers import arena, assert_one_line_error
 
 # Runs the CLI with `llama_cpp` unimportable, as where neither the bench nor the test extra is installed.
 NO_LLAMA = "import sys; sys.modules['llama_cpp'] = None; sys.argv = ['arena', *sys.argv[1:]]; from arena.cli import main; main()"

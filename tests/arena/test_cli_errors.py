@@ -6,29 +6,11 @@ import json
 import os
 import socket
 import sqlite3
-import subprocess
-import sys
 
 import pytest
+from cli_helpers import arena, assert_one_line_error
 
 from lessons.library.store import LessonStore
-
-
-def arena(*args, env=None, cwd=None):
-    e = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True,
-                          env=e, cwd=cwd, timeout=120)
-
-
-def assert_one_line_error(proc, *fragments):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("arena: error: ")
-    assert "Traceback" not in proc.stderr
-    for f in fragments:
-        assert f in lines[0], lines[0]
-    assert proc.stdout == ""
 
 
 @pytest.fixture

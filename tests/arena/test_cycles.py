@@ -24,7 +24,6 @@ from arena.tasks.sources import load_tasks
 from lessons.library.adapters import AdapterStore
 from lessons.library.store import LessonStore
 from lessons.outcomes import eval_name
-from tests.arena.test_distill import make_tiny
 
 
 def write_tasks(path, n=8):
@@ -41,11 +40,6 @@ def solver_responder(messages, i):
 
 def teacher_responder(messages, i):
     return json.dumps({"analysis": "ok", "add": [], "tags": []})
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return make_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 
 import pytest
 import torch
+from tiny_llama import make_tiny
 
 from agents.roles.solver import (
     LessonView,
@@ -157,36 +156,6 @@ def test_configs_reject_bad_values_with_the_fix():
 
 
 # --------------------------------------------------------------------------- tiny model
-
-
-def _tokenizer_dir() -> Path:
-    env = os.environ.get("ARENA_TEST_TOKENIZER_DIR")
-    if env:
-        return Path(env)
-    from agents.backends.local import converted_model_dir, ensure_converted
-
-    ensure_converted()
-    return converted_model_dir()
-
-
-def make_tiny(out: Path, seed: int = 0, hidden: int = 64) -> Path:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tok = AutoTokenizer.from_pretrained(_tokenizer_dir())
-    tok.save_pretrained(out)
-    cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
-        pad_token_id=2,
-    )
-    torch.manual_seed(seed)
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def _policy(tiny_dir, device="cpu", adapter=None):

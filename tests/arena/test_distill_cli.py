@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_llama import make_tiny
 
 from agents.roles.solver import LessonView, render_lessons, solver_messages
 from arena.config import SessionConfig
 from arena.tasks.sources import load_tasks
 from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
 from lessons.ops import AddOp, Reflection
-from tests.arena.test_distill import make_tiny
 
 LESSON = "Add the numbers from left to right, keeping the sign of each term."
 
@@ -90,11 +90,6 @@ def make_session(db: Path, tiny: Path, name: str = "demo", successes: bool = Tru
                                            lesson_ids, rollouts, refl))
     store.set_session_status(sid, "finished")
     store.close()
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return make_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_helpers import arena, assert_one_line_error
 from langgraph.checkpoint.memory import InMemorySaver
+from rubric_scripts import RUBRIC, roles, write_tasks
 
 from arena.config import SessionConfig
 from arena.session.runner import run_session
 from arena.tasks.sources import load_tasks
 from lessons.library.store import LessonStore
-from tests.arena.test_cli_errors import arena, assert_one_line_error
-from tests.arena.test_rubric_session import RUBRIC, roles, write_tasks
 
 
 def test_rubric_reward_on_tasks_without_rubric(tmp_path):

@@ -85,18 +85,6 @@ def count(path: Path, table: str) -> int:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "arena.db"
-
-
-@pytest.fixture
-def store(db_path: Path):
-    st = LessonStore(str(db_path))
-    yield st
-    st.close()
-
-
-@pytest.fixture
 def sid(store: LessonStore) -> int:
     session_id = store.create_session("s1", {"rollouts": 2}, seed=7)
     store.upsert_tasks(session_id, [FakeTask(f"chain_sum/train/{i:05d}") for i in range(3)])

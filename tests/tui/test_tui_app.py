@@ -8,7 +8,6 @@ import threading
 from pathlib import Path
 
 import pytest
-import tui_fixture
 from lesson_texts import DISTINCT_LESSONS
 from rich.console import Console
 from test_tui_data import add_adapter_tables
@@ -27,11 +26,6 @@ from tui.screens.sessions import SessionsScreen
 
 SIZE = (140, 40)
 pytestmark = pytest.mark.anyio  # async tests run by anyio's pytest plugin (asyncio backend)
-
-
-@pytest.fixture
-def fx(tmp_path: Path) -> Path:
-    return tui_fixture.build(tmp_path / "arena.db")
 
 
 async def settle(pilot) -> None:

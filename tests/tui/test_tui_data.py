@@ -14,11 +14,6 @@ from lessons.library.store import LessonStore
 
 
 @pytest.fixture
-def fx(tmp_path: Path) -> Path:
-    return tui_fixture.build(tmp_path / "arena.db")
-
-
-@pytest.fixture
 def data(fx: Path):
     d = ArenaData(open_store(fx))
     yield d

@@ -1,0 +1,76 @@
+"""A library written before the redesign (issue 13) reads back the same with today's code.
+
+``data/fixture.db`` was written by the code at commit baff35b through its public APIs, and
+``data/fixture_reads.json`` holds what that code read back from it; ``data/make_fixture_db.py``
+made both (see its docstring). Here a copy of the database is opened with today's classes and
+every read of ``make_fixture_db.read_all`` must give the same JSON values, one test per read.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DATA = Path(__file__).resolve().parent / "data"
+
+# Where today's code keeps what read_all uses (name -> module); the old homes are in OLD_API_MODULES.
+TODAY_API_MODULES = {
+    "LessonStore": "lessons.library.store",
+    "ArenaData": "lessons.library.read_models",
+    "open_store": "lessons.library.read_models",
+    "RubricStore": "lessons.library.rubrics",
+    "AdapterStore": "lessons.library.adapters",
+    "CurriculumRecords": "lessons.library.curriculum",
+}
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_fixture_db", DATA / "make_fixture_db.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = _generator()
+EXPECTED: dict[str, Any] = json.loads((DATA / GEN.READS_NAME).read_text())
+
+
+@pytest.fixture(scope="module")
+def today_reads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every read of a copy of the fixture database, through today's classes, as JSON values."""
+    db = tmp_path_factory.mktemp("fixture-db") / GEN.DB_NAME
+    shutil.copyfile(DATA / GEN.DB_NAME, db)
+    reads = GEN.read_all(GEN.load_api(TODAY_API_MODULES), db)
+    return json.loads(json.dumps(reads))  # the same round trip the expected values took
+
+
+def test_fixture_files_are_small_and_complete():
+    db = DATA / GEN.DB_NAME
+    assert db.stat().st_size < 300_000
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: S608 - fixed table names
+                  for t in ("sessions", "tasks", "episodes", "rollouts", "hints", "lessons", "lesson_events",
+                            "evaluations", "rubrics", "criterion_verdicts", "adapters", "curriculum_steps")}
+        guided = conn.execute("SELECT count(*) FROM rollouts WHERE guided").fetchone()[0]
+        statuses = {s for (s,) in conn.execute("SELECT DISTINCT status FROM lessons")}
+        fts = conn.execute("SELECT count(*) FROM lessons_fts").fetchone()[0]
+    assert counts["sessions"] >= 2 and all(n > 0 for n in counts.values()), counts
+    assert guided > 0 and fts == counts["lessons"]
+    assert {"candidate", "active", "retired", "distilled"} <= statuses
+
+
+def test_every_read_is_recorded(today_reads):
+    assert sorted(today_reads) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("read", sorted(EXPECTED))
+def test_read_matches_the_code_before_the_redesign(today_reads, read):
+    assert today_reads[read] == EXPECTED[read]
