@@ -18,7 +18,7 @@ from typing import Any
 
 from agents.policy import Policy, sample_many
 from agents.roles.solver import solver_messages
-from arena.episode.graph import retrieve_for_task
+from arena.episode.prompt import retrieve_for_task
 from arena.episode.rewards import RewardStrategy, RubricReward
 from arena.stats import paired_comparison, wilson_interval
 from arena.tasks.extract import extract_answer

@@ -40,17 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agents.parsing import ParseError, parse_model
 from agents.policy import Message, Policy
-from lessons.criteria import (  # noqa: F401 - the criterion model and checks, re-exported for the judge's callers
-    DESCRIPTION_MAX_CHARS,
-    MAX_CRITERIA,
-    MAX_WEIGHT,
-    TITLE_MAX_CHARS,
-    Category,
-    Criterion,
-    check_rubric,
-    criterion_body,
-    criterion_category,
-)
+from lessons.criteria import Criterion
 
 # =======================================================================================
 # aggregation

@@ -296,7 +296,7 @@ def _session_condition(
     """Run one learning condition as an `arena run` session in its own library; its passes and record."""
     from agents.backends.local import LocalPolicy
     from agents.roles.solver import solver_messages
-    from arena.episode.graph import retrieve_for_task
+    from arena.episode.prompt import retrieve_for_task
     from arena.session.cycles import cycle_adapters
     from arena.session.runner import make_roles, run_session
     from lessons.library.store import LessonStore

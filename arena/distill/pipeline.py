@@ -465,8 +465,3 @@ def run_eval(
         "eval": {names[0]: plain.summary(), names[1]: withl.summary()},
     }
 
-
-__all__ = [
-    "CONDITIONS", "DistillError", "EvalResult", "adapter_for_run", "distilled_lessons", "evaluate",
-    "latest_session", "resolve_adapter", "run_distill", "run_eval", "session_heldout",
-]

@@ -36,23 +36,11 @@ from langgraph.types import StateSnapshot
 
 from arena.episode import nodes
 from arena.episode.context import EpisodeContext, EpisodeSettings, Roles
-from arena.episode.prompt import retrieve_for_task
 from arena.episode.rewards import RewardStrategy
 from arena.episode.state import EpisodeState
 from arena.tasks.model import Task
 from lessons.library.rubrics import RubricStore
 from lessons.library.store import LessonStore
-
-__all__ = [
-    "EpisodeContext",
-    "EpisodeGraph",
-    "EpisodeSettings",
-    "EpisodeState",
-    "Roles",
-    "build_episode_graph",
-    "compile_episode_graph",
-    "retrieve_for_task",
-]
 
 
 def compile_episode_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:

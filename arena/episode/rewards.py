@@ -31,11 +31,12 @@ from typing import Any, Protocol
 
 from agents.policy import Completion, Policy
 from agents.roles.critic import grade_group
-from agents.roles.rubric import Criterion, criterion_body, failed_criteria, judge_explicit, judge_implicit
+from agents.roles.rubric import failed_criteria, judge_explicit, judge_implicit
 from arena.episode.state import GradeEntry
 from arena.tasks.extract import extract_answer
 from arena.tasks.model import Task
 from arena.tasks.verify import has_verifier, score, verifier_feedback
+from lessons.criteria import Criterion, criterion_body
 
 REWARD_KINDS = ("verifier", "rubric-explicit", "rubric-implicit")
 HACK_FLAGS = ("verifier_disagrees", "critique_disagrees", "answer_without_work", "rubric_echo")

@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.parsing import parse_with_retry
 from agents.policy import Message, Policy
-from agents.roles.rubric import Criterion, criterion_body
 from agents.roles.solver import solver_messages
 from arena.tasks.model import Task
+from lessons.criteria import Criterion, criterion_body
 from lessons.library.rubrics import RubricInfo, RubricStore
 
 MAX_NEW_CRITERIA = 2  # per task per update

@@ -27,7 +27,8 @@ from agents.policy import Policy
 from agents.roles.solver import solver_messages
 from arena.config import ConfigError, SessionConfig
 from arena.distill.data import NoTrainingData
-from arena.episode.graph import EpisodeSettings, Roles, build_episode_graph
+from arena.episode.context import EpisodeSettings, Roles
+from arena.episode.graph import build_episode_graph
 from arena.episode.rewards import make_reward
 from arena.evaluation import evaluate_heldout
 from arena.session.curriculum import CurriculumSettings, SessionCurriculum

@@ -117,6 +117,55 @@ class SearchRepository(Repository):
             rows = {m["id"]: m for m in s.execute(select(LESSONS_TABLE).where(LESSONS_TABLE.c.id.in_([h.id for h in hits]))).mappings()}
             return [(lesson_info(rows[h.id]), float(h.relevance)) for h in hits]
 
+    def search_every_word(
+        self, words: Sequence[str], status: str | None = None, family: str | None = None, limit: int = 200
+    ) -> list[LessonInfo]:
+        """Lessons holding every one of ``words`` as a word prefix, best first (the TUI's search box).
+
+        :meth:`search_lessons` matches any whole term (retrieval); this one needs all of them,
+        each as a prefix, so a half-typed word finds its lessons.
+
+        Args:
+            words: lower-case words (each is quoted, so FTS5 syntax in them is inert).
+            status: only this status (None: every status).
+            family: only this exact scope (None: every scope).
+            limit: at most this many lessons.
+
+        Returns:
+            By BM25 with FTS5 (porter stemming, prefixes); without the index (not SQLite, or
+            an index not built), lessons whose lower-cased text contains every word, newest first.
+            Empty when ``words`` is empty.
+        """
+        words = [w for w in words if w]
+        if not words:
+            return []
+        params: dict[str, Any] = {"limit": int(limit)}
+        filt = ""
+        if status is not None:
+            filt += " AND l.status = :status"
+            params["status"] = status
+        if family is not None:
+            filt += " AND l.scope = :family"
+            params["family"] = family
+        if self.has_fts():
+            params["match"] = " AND ".join('"' + w.replace('"', '""') + '"*' for w in words)
+            sql = (
+                "SELECT l.id AS id FROM lessons_fts JOIN lessons AS l ON l.id = lessons_fts.rowid "
+                f"WHERE lessons_fts MATCH :match{filt} ORDER BY bm25(lessons_fts) LIMIT :limit"
+            )
+        else:
+            likes = []
+            for i, w in enumerate(words):
+                likes.append(f"lower(l.text) LIKE :w{i}")
+                params[f"w{i}"] = f"%{w}%"
+            sql = f"SELECT l.id AS id FROM lessons AS l WHERE {' AND '.join(likes)}{filt} ORDER BY l.id DESC LIMIT :limit"
+        with self.read() as s:
+            ids = [int(r.id) for r in s.execute(sql_text(sql), params)]
+            if not ids:
+                return []
+            rows = {m["id"]: m for m in s.execute(select(LESSONS_TABLE).where(LESSONS_TABLE.c.id.in_(ids))).mappings()}
+            return [lesson_info(rows[i]) for i in ids]
+
     def _selective_terms(self, terms: list[str], max_terms: int) -> list[str]:
         """The query words worth searching (see :meth:`search_lessons`), rarest first."""
         if not terms or not self.has_fts():

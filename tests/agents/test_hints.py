@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 from agents.backends.fake import FakePolicy
 from agents.roles.hints import FailedAttempt, HintModeError, feedback_hint, parse_hint_modes, write_hint
 from arena.config import SessionConfig
-from arena.episode.graph import EpisodeSettings, Roles, build_episode_graph
+from arena.episode.context import EpisodeSettings, Roles
+from arena.episode.graph import build_episode_graph
 from arena.session.runner import run_session
 from arena.tasks.sources import load_tasks
 from lessons.db.schema import RolloutRow

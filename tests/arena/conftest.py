@@ -16,7 +16,7 @@ from tiny_llama import make_tiny
 from lessons.library.store import LessonStore
 
 if TYPE_CHECKING:
-    from arena.episode.graph import Roles
+    from arena.episode.context import Roles
 
 
 @pytest.fixture(scope="module")

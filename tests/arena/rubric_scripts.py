@@ -12,7 +12,7 @@ import json
 import re
 
 from agents.backends.fake import FakePolicy
-from arena.episode.graph import Roles
+from arena.episode.context import Roles
 from arena.session.online_rubrics import ONLINE_SYSTEM
 
 RUBRIC = [

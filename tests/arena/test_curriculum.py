@@ -23,7 +23,7 @@ from agents.roles.proposer import (
     propose_task,
 )
 from arena.config import SessionConfig
-from arena.episode.graph import Roles
+from arena.episode.context import Roles
 from arena.session.curriculum import band_action
 from arena.session.runner import run_session
 from arena.tasks.curriculum import DifficultyLadder, step_slot, step_tag

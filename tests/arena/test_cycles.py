@@ -17,7 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from agents.backends.fake import FakePolicy
 from agents.backends.local import LocalPolicy
 from arena.config import SessionConfig
-from arena.episode.graph import Roles
+from arena.episode.context import Roles
 from arena.session.cycles import cycle_adapters
 from arena.session.runner import run_session
 from arena.tasks.sources import load_tasks

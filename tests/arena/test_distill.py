@@ -309,7 +309,7 @@ def test_adapter_dir_checks(tiny_dir, tmp_path):
 
 
 def test_register_adapter_marks_lessons_distilled_and_retrieval_excludes_them(tmp_path):
-    from arena.episode.graph import retrieve_for_task
+    from arena.episode.prompt import retrieve_for_task
     from arena.tasks.model import Task
     from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord, StoreError
     from lessons.ops import AddOp, Reflection
@@ -400,7 +400,8 @@ def test_real_model_lora_step_and_plain_peft_round_trip(tmp_path):
 
 
 def test_only_lessons_that_helped_are_marked_distilled():
-    from arena.distill.pipeline import EvalResult, distilled_lessons
+    from arena.distill.pipeline import distilled_lessons
+    from arena.evaluation import EvalResult
 
     shown = [["a"], ["a"], ["b"], ["b"]]
     base = EvalResult([0.0, 0.0, 1.0, 1.0], [[]] * 4)

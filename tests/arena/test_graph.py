@@ -12,7 +12,8 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agents.backends.fake import FakePolicy
 from arena.config import SessionConfig
-from arena.episode.graph import EpisodeSettings, Roles, build_episode_graph
+from arena.episode.context import EpisodeSettings, Roles
+from arena.episode.graph import build_episode_graph
 from arena.session.runner import run_session
 from arena.tasks.sources import load_tasks
 from lessons.library.store import LessonStore

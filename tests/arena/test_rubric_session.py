@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from agents.backends.fake import FakePolicy
 from arena.config import ConfigError, SessionConfig
-from arena.episode.graph import Roles
+from arena.episode.context import Roles
 from arena.episode.rewards import check_reward_tasks
 from arena.session.online_rubrics import ONLINE_SYSTEM
 from arena.session.runner import run_session

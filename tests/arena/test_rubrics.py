@@ -10,8 +10,6 @@ from pydantic import ValidationError
 
 from agents.backends.fake import FakePolicy
 from agents.roles.rubric import (
-    Criterion,
-    check_rubric,
     explicit_reward,
     failed_criteria,
     implicit_reward,
@@ -24,6 +22,7 @@ from arena.session.online_rubrics import criterion_similarity, dedupe_criteria, 
 from arena.tasks.jsonl import BUILTIN_RUBRIC_TASKS, load_tasks_file
 from arena.tasks.model import TaskError
 from arena.tasks.verify import has_verifier
+from lessons.criteria import Criterion, check_rubric
 
 
 def crit(title, cat, w, text=None):

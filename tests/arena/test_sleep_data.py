@@ -122,7 +122,7 @@ def test_paired_comparison_reports_difference_interval_and_p():
 
 
 def test_held_out_prompts_show_active_lessons_only_train_prompts_candidates_too(tmp_path):
-    from arena.episode.graph import retrieve_for_task
+    from arena.episode.prompt import retrieve_for_task
     from arena.tasks.model import Task
     from lessons.library.curation import Provenance
     from lessons.library.store import LessonStore

@@ -12,7 +12,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from agents.backends.fake import FakePolicy
 from arena.config import SessionConfig
-from arena.episode.graph import Roles
+from arena.episode.context import Roles
 from arena.session.runner import run_session
 from arena.session.utility import UtilitySettings, maybe_check_utility, measure_lesson
 from arena.stats import paired_difference_interval, wilson_interval

@@ -16,7 +16,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agents.backends.fake import FakePolicy
 from arena.config import SessionConfig
-from arena.episode.graph import Roles
+from arena.episode.context import Roles
 from arena.session.rounds import run_bounded
 from arena.session.runner import run_session
 from arena.tasks.sources import load_tasks

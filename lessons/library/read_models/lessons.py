@@ -10,10 +10,8 @@ the lineage of one lesson, the search box's every-word prefix search) is read he
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy import text as sql_text
 
 from lessons.db.schema import (
     LESSON_STATUSES,
@@ -106,9 +104,7 @@ class LessonReads:
         words = _WORD.findall(text.lower())
         if not words:
             return self.lesson_page(0, status, family)
-        ids = every_word_ids(self.store, words, status, family, limit)
-        found = (self.store.get_lesson(lid) for lid in ids)
-        rows = [les for les in found if les is not None]
+        rows = self.store.search_every_word(words, status, family, limit)
         return LessonPage(rows, len(rows), 0, 1, query=text)
 
     def lesson_detail(self, lesson_id: str) -> LessonDetail | None:
@@ -164,46 +160,3 @@ class LessonReads:
             merged_from=list(dict.fromkeys(merged_from)),
             adapters=adapters,
         )
-
-
-def every_word_ids(store: LessonStore, words: list[str], status: str | None = None, family: str | None = None,
-                   limit: int = SEARCH_LIMIT) -> list[str]:
-    """Readable ids of the lessons holding every one of ``words`` as a word prefix, best first.
-
-    The query :meth:`LessonReads.search` needs and :meth:`LessonStore.search_lessons` does
-    not answer (it matches any whole term): a candidate for the store's search repository.
-
-    Args:
-        store: an open store.
-        words: lower-case words (each quoted, so FTS5 syntax in them is inert).
-        status: only this status (None: every status).
-        family: only this scope (None: every scope).
-        limit: at most this many ids.
-
-    Returns:
-        By BM25 with FTS5 (porter stemming, prefixes); without it (not SQLite, or an index
-        not built), lessons whose lower-cased text contains every word, newest first.
-    """
-    params: dict[str, Any] = {"limit": int(limit)}
-    filt = ""
-    if status is not None:
-        filt += " AND l.status = :status"
-        params["status"] = status
-    if family is not None:
-        filt += " AND l.scope = :family"
-        params["family"] = family
-    if store.has_fts():
-        params["match"] = " AND ".join('"' + w.replace('"', '""') + '"*' for w in words)
-        sql = (
-            "SELECT l.lesson_id FROM lessons_fts JOIN lessons AS l ON l.id = lessons_fts.rowid "
-            f"WHERE lessons_fts MATCH :match{filt} ORDER BY bm25(lessons_fts) LIMIT :limit"
-        )
-    else:
-        likes = []
-        for i, w in enumerate(words):
-            likes.append(f"lower(l.text) LIKE :w{i}")
-            params[f"w{i}"] = f"%{w}%"
-        sql = f"SELECT l.lesson_id FROM lessons AS l WHERE {' AND '.join(likes)}{filt} ORDER BY l.id DESC LIMIT :limit"
-    with store.read() as s:
-        return [str(r[0]) for r in s.execute(sql_text(sql), params)]
-

@@ -391,7 +391,6 @@ def read_all(api: SimpleNamespace, db: Path) -> dict[str, Any]:
             out[f"tui: search({text})"] = data.search(text)
         out["tui: search(answer, retired)"] = data.search("answer", status="retired")
         out["tui: lesson_detail"] = {lid: data.lesson_detail(lid) for lid in lesson_ids}
-        out["tui: has_adapters"] = data.has_adapters()
         out["tui: adapters"] = data.adapters()
     finally:
         store.close()
