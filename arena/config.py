@@ -16,7 +16,7 @@ DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
 # The sleep objective of `arena run --cycles C` (C > 1) when --sleep-objective is not given: context
 # distillation of lessons-in-context successes plus Guide's importance-weighted guided successes.
 DEFAULT_SLEEP_OBJECTIVE = "distill"
-SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted")  # arena.distill.config.OBJECTIVES (no torch import here)
+SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo")  # arena.distill.config.OBJECTIVES (no torch import here)
 
 _ROLE = re.compile(r"^(local|openai:.+)$")
 REWARDS = ("verifier", "rubric-explicit", "rubric-implicit")

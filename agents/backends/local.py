@@ -389,7 +389,9 @@ class LocalPolicy:
         return self.token_logprobs(messages, comp_ids).tolist()
 
     @torch.inference_mode()
-    def token_logprobs(self, messages: Sequence[Message], completion_ids: Sequence[int]) -> torch.Tensor:
+    def token_logprobs(
+        self, messages: Sequence[Message], completion_ids: Sequence[int], temperature: float = 1.0
+    ) -> torch.Tensor:
         """Score any completion under any context by teacher forcing.
 
         Used for Guide's importance ratio: a guided rollout's ids scored under the unguided
@@ -398,19 +400,23 @@ class LocalPolicy:
         Args:
             messages: the context, rendered with the chat template and a generation prompt.
             completion_ids: T token ids, e.g. :attr:`Completion.token_ids` of a sampled rollout.
+            temperature: score under softmax(logits / T), the distribution :meth:`sample` draws
+                from at that temperature (the behaviour policy π_old of a rollout sampled at T).
 
         Returns:
             A float32 CPU tensor of shape (T,): log π(y_t | x, y_<t), natural log, at
-            temperature 1. Its sum is the completion's sequence log-prob. For a rollout sampled
-            by :meth:`sample` from the same context it equals the rollout's ``logprobs`` up to
-            batching numerics.
+            ``temperature`` (default 1). Its sum is the completion's sequence log-prob. At
+            temperature 1, for a rollout sampled by :meth:`sample` from the same context it equals
+            the rollout's stored ``logprobs`` (which are temperature-1 log-probs) up to batching numerics.
         """
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
         with self._lock:
             if not completion_ids:
                 return torch.zeros(0, dtype=torch.float32)
             prompt_ids = self.encode(self.prompt_text(messages))
             ids = torch.tensor([prompt_ids + list(completion_ids)], device=self.device)
-            logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()  # (T, V)
+            logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float() / temperature  # (T, V)
             target = torch.tensor(list(completion_ids), device=self.device).unsqueeze(-1)  # (T, 1)
             return torch.log_softmax(logits, dim=-1).gather(-1, target).squeeze(-1).cpu()  # (T,) float32
 

@@ -13,8 +13,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Objective = Literal["distill", "sft", "guided-unweighted"]
-OBJECTIVES: tuple[str, ...] = ("distill", "sft", "guided-unweighted")
+Objective = Literal["distill", "sft", "guided-unweighted", "grpo", "guide-grpo"]
+OBJECTIVES: tuple[str, ...] = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo")
+# Objectives that learn from every rollout of a group through group-relative advantages (policy
+# gradient on the stored rollouts, π_old their sampling policy): GRPO (Shao et al. 2024, arXiv
+# 2402.03300) and Guide-GRPO (Nath et al. 2025, arXiv 2506.13923). The others are supervised.
+RL_OBJECTIVES: tuple[str, ...] = ("grpo", "guide-grpo")
 
 # Default threshold of the guided-data screen (arena.distill.data.screen_implausible), nats per token:
 # a guided success whose completion is on average more than e^1 ≈ 2.7 times less likely per token
@@ -53,6 +57,10 @@ class TrainConfig(BaseModel):
     # Guide's importance weighting of guided (hinted) tokens (arXiv 2506.13923)
     is_quantile: float = 0.9  # gamma = this quantile of the batch's ratios over hinted tokens
     is_floor: float = 1e-4  # gamma's floor
+    # policy-gradient objectives (grpo, guide-grpo)
+    clip_eps: float = 0.2  # PPO clip range ε of the unguided ratio: clip(ρ, 1 − ε, 1 + ε)
+    kl_coef: float = 0.0  # β of the per-token KL to the base model (adapter disabled), k3 estimator; 0: none (Guide)
+    temperature: float = 1.0  # sampling temperature of the rollouts: π_old and π_θ are both softmax(logits / T)
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -82,6 +90,12 @@ class TrainConfig(BaseModel):
             raise ValueError(f"--max-seq-len must be >= 8, got {self.max_seq_len}")
         if not 0.0 < self.is_quantile <= 1.0 or self.is_floor <= 0:
             raise ValueError("is_quantile must be in (0, 1] and is_floor > 0")
+        if not 0.0 < self.clip_eps < 1.0:
+            raise ValueError(f"clip_eps must be in (0, 1), got {self.clip_eps}; PPO's is 0.2")
+        if not (math.isfinite(self.kl_coef) and self.kl_coef >= 0.0):
+            raise ValueError(f"--kl-coef must be a finite number >= 0, got {self.kl_coef}; pass --kl-coef 0")
+        if not (math.isfinite(self.temperature) and 0.0 < self.temperature <= 5.0):
+            raise ValueError(f"temperature must be in (0, 5] (the rollouts' sampling temperature), got {self.temperature}")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must be in [0, 2^32), got {self.seed}")
         return self
@@ -92,7 +106,7 @@ class DistillConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    objective: Objective = "distill"  # distill (context distillation + weighted guided), sft, guided-unweighted
+    objective: Objective = "distill"  # distill (context distillation + weighted guided), sft, guided-unweighted, grpo, guide-grpo
     success_threshold: float = 1.0  # a rollout is a success (training data) when its reward >= this
     lesson_tokens: int = 512  # lessons budget of the solver prompt in the with-lessons evaluations, tokens
     eval_max_tokens: int = 96  # completion cap of the held-out greedy evaluation, tokens

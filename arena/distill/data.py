@@ -32,20 +32,26 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from typing import Any
 
 import torch
 
-from arena.distill.config import MIN_GUIDED_LOG_RATIO
+from arena.distill.config import MIN_GUIDED_LOG_RATIO, RL_OBJECTIVES
 from lessons.library.adapters import TrainingRollout
 from lessons.outcomes import passes
 
 Message = dict[str, str]
 KINDS = ("context", "guided", "sft")
+RL_KINDS = ("grpo", "guided-grpo")  # unguided rollouts (PPO's clipped ratio), guided ones (Guide's shaped ratio)
 
 
 class NoTrainingData(ValueError):
     """No rollout qualifies as training data; the message says why and what to do (one line)."""
+
+
+class BadTrainingData(NoTrainingData):
+    """The rollouts cannot give the objective what it needs (log-probs, groups of 2+, finite rewards); one line."""
 
 
 @dataclass(frozen=True)
@@ -86,18 +92,25 @@ class DistillDataset:
     """Examples plus what was left out and why (the provenance recorded with the adapter)."""
 
     objective: str
-    examples: list[DistillExample]
+    examples: list[Any]  # DistillExample, or RLExample for the objectives of RL_OBJECTIVES
     skipped: Counter = field(default_factory=Counter)  # reason -> rollouts left out
     rollouts_seen: int = 0
+    groups: int = 0  # RL objectives: groups with a non-zero advantage (unguided and guided)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return RL_KINDS if self.objective in RL_OBJECTIVES else KINDS
 
     def provenance(self) -> dict[str, Any]:
         """JSON-safe summary: counts by kind, rollout / lesson / hint ids, skipped rollouts by reason."""
         kinds = Counter(e.kind for e in self.examples)
+        extra = {"groups": self.groups} if self.objective in RL_OBJECTIVES else {}
         return {
             "objective": self.objective,
             "rollouts_seen": self.rollouts_seen,
             "examples": len(self.examples),
-            "by_kind": {k: kinds.get(k, 0) for k in KINDS},
+            **extra,
+            "by_kind": {k: kinds.get(k, 0) for k in self.kinds},
             "weighted_examples": sum(e.weighted for e in self.examples),
             "completion_tokens": sum(len(e.completion_ids) for e in self.examples),
             "rollout_ids": [e.rollout_id for e in self.examples],
@@ -373,7 +386,7 @@ def data_report(data: DistillDataset, train_task_keys: Sequence[str], log_ratios
     n_train = len(set(train_task_keys))
     out: dict[str, Any] = {
         "examples": len(data.examples),
-        "by_kind": {k: kinds.get(k, 0) for k in KINDS},
+        "by_kind": {k: kinds.get(k, 0) for k in data.kinds},
         "completion_tokens": sum(len(e.completion_ids) for e in data.examples),
         "distinct_tasks": len(tasks),
         "train_tasks": n_train,
@@ -384,3 +397,192 @@ def data_report(data: DistillDataset, train_task_keys: Sequence[str], log_ratios
         q = torch.quantile(torch.tensor(list(log_ratios)), torch.tensor([0.1, 0.5, 0.9])).tolist()
         out["guided_log_ratio"] = {"n": len(log_ratios), "p10": round(q[0], 3), "p50": round(q[1], 3), "p90": round(q[2], 3)}
     return out
+
+
+# --------------------------------------------------------------------------- policy-gradient objectives (grpo, guide-grpo)
+
+
+@dataclass(frozen=True)
+class RLExample:
+    """One stored rollout as a policy-gradient example (objectives ``grpo`` and ``guide-grpo``).
+
+    Attributes:
+        kind: ``"grpo"`` (an unguided rollout: PPO's clipped ratio) or ``"guided-grpo"`` (a guided
+            rollout: Guide's shaped ratio under the unhinted context).
+        rollout_id, task_key: the stored rollout and its task.
+        messages: the context π_θ is scored under: the sampling chat for an unguided rollout, the
+            same chat WITHOUT the hint for a guided one.
+        sampling_messages: the chat it was sampled from (with the hint for a guided one): where
+            π_old is scored.
+        completion_ids: (T,) the sampled token ids, without end-of-turn.
+        old_logprobs: π_old per target token — (T,) the stored sampling log-probs at first,
+            (T [+1 for end-of-turn],) at the sampling temperature after :func:`rescore_old_logprobs`.
+        add_eos: the completion ended its turn (the end-of-turn token is a target too).
+        advantage: Â of the rollout within its group.
+        adapter_id: the adapter that sampled it (π_old); None: the base model.
+        lessons, hint_id: provenance.
+    """
+
+    kind: str
+    rollout_id: int
+    task_key: str
+    messages: list[Message]
+    sampling_messages: list[Message]
+    completion_ids: list[int]
+    old_logprobs: list[float]
+    add_eos: bool
+    advantage: float
+    adapter_id: str | None = None
+    lessons: tuple[str, ...] = ()
+    hint_id: int | None = None
+
+    @property
+    def guided(self) -> bool:
+        return self.kind == "guided-grpo"
+
+    @property
+    def weighted(self) -> bool:  # importance-weighted (Guide's shaped ratio): the guided ones
+        return self.guided
+
+
+def build_rl_dataset(rollouts: Sequence[TrainingRollout], objective: str) -> DistillDataset:
+    """Group the stored rollouts and give every rollout its group-relative advantage (GRPO; Guide).
+
+    A group is the rollouts of one episode (one task, one round) with one guidance: the k
+    unguided rollouts, and — for ``guide-grpo`` — the guided re-attempt of an all-fail group with
+    its hint, normalised on its own (Guide, arXiv 2506.13923). ``Â_i = (r_i − mean(r)) / (std(r) +
+    1e-6)`` over every rollout of the group (:func:`arena.distill.losses.group_advantages`);
+    groups whose rewards are all equal carry no signal and are dropped. Rollouts that cannot be
+    trained (no token ids or log-probs, no completion, a guided one without its unhinted chat)
+    still count in their group's mean and standard deviation.
+
+    Args:
+        rollouts: the session's train rollouts (any order).
+        objective: ``"grpo"`` (unguided rollouts only: the ablation Guide compares against) or
+            ``"guide-grpo"``.
+
+    Returns:
+        The examples in rollout order; ``skipped`` counts rollouts by reason: ``guided_not_used``
+        (grpo), ``group_of_one``, ``equal_rewards``, ``no_token_ids``, ``no_logprobs``, ``empty``,
+        ``guided_without_context``.
+
+    Raises:
+        ValueError: unknown objective.
+        BadTrainingData: a reward that is not finite (no advantage can be computed), or no
+            rollout has sampling log-probs (an OpenAI-compatible solver's session: π_old is unknown).
+    """
+    from arena.distill.losses import group_advantages
+
+    if objective not in RL_OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(RL_OBJECTIVES)}, not {objective!r}")
+    out = DistillDataset(objective=objective, examples=[], rollouts_seen=len(rollouts))
+    groups: dict[tuple[int, bool], list[TrainingRollout]] = {}
+    for r in rollouts:
+        if r.guided and objective == "grpo":
+            out.skipped["guided_not_used"] += 1
+            continue
+        if not math.isfinite(r.reward):
+            raise BadTrainingData(f"rollout {r.rollout_id} (task {r.task_key}) has reward {r.reward}: a group-relative "
+                                  "advantage needs finite rewards; re-grade the session or leave it out")
+        groups.setdefault((r.episode_id, r.guided), []).append(r)
+    candidates = [r for g in groups.values() for r in g]
+    if candidates and not any(r.logprobs for r in candidates):
+        raise BadTrainingData(
+            f"objective {objective} needs the sampling log-probs of the rollouts (π_old), and none of the "
+            f"{len(candidates)} rollouts of session {candidates[0].session!r} has them (sampled through an "
+            "OpenAI-compatible backend?); use a session run with --solver local, or --objective sft"
+        )
+    by_id: dict[int, RLExample] = {}
+    for (_, guided), group in groups.items():
+        if len(group) < 2:
+            out.skipped["group_of_one"] += len(group)
+            continue
+        rewards = [r.reward for r in group]
+        if max(rewards) == min(rewards):
+            out.skipped["equal_rewards"] += len(group)
+            continue
+        adv = group_advantages(rewards).tolist()
+        kept = 0
+        for r, a in zip(group, adv, strict=True):
+            if r.token_ids is None:
+                out.skipped["no_token_ids"] += 1
+            elif not r.token_ids:
+                out.skipped["empty"] += 1
+            elif r.logprobs is None or len(r.logprobs) != len(r.token_ids):
+                out.skipped["no_logprobs"] += 1
+            elif guided and not r.unguided_messages:
+                out.skipped["guided_without_context"] += 1
+            else:
+                context = r.unguided_messages if guided else r.messages
+                by_id[r.rollout_id] = RLExample(
+                    "guided-grpo" if guided else "grpo", r.rollout_id, r.task_key, [dict(m) for m in context],
+                    [dict(m) for m in r.messages], list(r.token_ids), list(r.logprobs), r.finish_reason == "stop",
+                    float(a), r.adapter_id, tuple(r.lessons_in_context), r.hint_id if guided else None,
+                )
+                kept += 1
+        out.groups += kept > 0
+    out.examples = [by_id[i] for i in sorted(by_id)]
+    return out
+
+
+def require_rl_examples(data: DistillDataset, session: str) -> None:
+    """Raise :class:`BadTrainingData` / :class:`NoTrainingData` with the reason when ``data`` has no example.
+
+    Groups of one rollout (a session run with k = 1) get their own message: they can never have
+    an advantage.
+    """
+    if data.examples:
+        return
+    if data.rollouts_seen == 0:
+        raise NoTrainingData(f"session {session!r} has no rollouts of train tasks to distill; run `arena run` first")
+    sk = data.skipped
+    if sk["group_of_one"] and sk["group_of_one"] == sk.total() - sk["guided_not_used"]:
+        raise BadTrainingData(
+            f"every group of session {session!r} has a single rollout (k = 1): objective {data.objective} needs at least "
+            "2 rollouts per task for a group-relative advantage; run the session with --rollouts 4"
+        )
+    reasons = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(sk.items()))
+    raise NoTrainingData(
+        f"no eligible training data in session {session!r} for objective {data.objective}: {data.rollouts_seen} "
+        f"rollouts, no group with unequal rewards to learn from ({reasons}); run more rounds or more --rollouts"
+    )
+
+
+def rescore_old_logprobs(
+    data: DistillDataset,
+    score: Callable[[str | None, list[Message], list[int]], torch.Tensor],
+    eos_id: int,
+) -> dict[str, Any]:
+    """Replace each example's π_old by the log-probs of the policy that sampled it, at the sampling temperature (in place).
+
+    The stored log-probs are those of the plain model (temperature 1), while the rollouts were
+    sampled from softmax(logits / T): the behaviour policy is the tempered one. ``score``
+    teacher-forces the rollout under the chat that sampled it (with the hint for a guided
+    one) with the adapter that sampled it, at temperature T, giving π_old(y_t | x[, h], y_<t)
+    for every target, the end-of-turn token included.
+
+    Args:
+        data: RL examples (:func:`build_rl_dataset`).
+        score: ``score(adapter_id, sampling_messages, target_ids) -> (T',)`` log-probs at the
+            sampling temperature, e.g. :meth:`agents.backends.local.LocalPolicy.token_logprobs`
+            with ``temperature=T`` of the policy with that adapter.
+        eos_id: the end-of-turn token appended to completions that ended their turn.
+
+    Returns:
+        ``{"examples": n, "stored_vs_rescored_mean_abs": x}``: how far the stored temperature-1
+        log-probs are from the rescored ones (0 at T = 1 up to batching numerics).
+
+    Raises:
+        BadTrainingData: a rescored log-prob is not finite.
+    """
+    diffs: list[float] = []
+    for i, ex in enumerate(data.examples):
+        targets = list(ex.completion_ids) + ([eos_id] if ex.add_eos else [])
+        new = score(ex.adapter_id, ex.sampling_messages, targets).float()
+        if new.shape != (len(targets),) or not bool(torch.isfinite(new).all()):
+            raise BadTrainingData(f"rollout {ex.rollout_id}: the sampling policy gives non-finite log-probs to its own "
+                                  "tokens; check the base model and adapter")
+        stored = torch.tensor(ex.old_logprobs, dtype=torch.float32)
+        diffs.append(float((new[: len(stored)] - stored).abs().mean()))
+        data.examples[i] = _replace(ex, old_logprobs=new.tolist())
+    return {"examples": len(diffs), "stored_vs_rescored_mean_abs": round(sum(diffs) / len(diffs), 5) if diffs else None}

@@ -64,6 +64,7 @@ class TrainingRollout:
     hint_text: str | None = None  # guided only: the hint that was in the sampling context
     adapter_id: str | None = None  # the solver's adapter that sampled it (π_old); None: the base model
     episode_round: int = 1  # the session round of its episode (cycles number rounds on: cycle c holds its own rounds)
+    episode_id: int = 0  # episodes.id: the rollouts of one episode and one guidance form a group (GRPO's advantages)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,7 @@ class AdapterStore:
                     hint_text=hint_text if r.guided else None,
                     adapter_id=r.adapter_id,
                     episode_round=int(rnd),
+                    episode_id=int(r.episode_id),
                 )
                 for r, key, family, ctx, hint_text, rnd in rows
             ]
