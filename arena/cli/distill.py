@@ -32,7 +32,7 @@ def _print_eval_table(title: str, evals: dict, console: Console) -> None:
 def distill(
     db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
     session: Annotated[Optional[str], typer.Option(help="Session whose train rollouts are the data (default: the newest with rollouts).")] = None,
-    objective: Annotated[str, typer.Option(help="distill (lessons-free context distillation + importance-weighted guided successes), sft (rejection-sampling SFT on unguided successes) or guided-unweighted (ablation).")] = "distill",
+    objective: Annotated[str, typer.Option(help="distill (lessons-free context distillation + importance-weighted guided successes), sft (rejection-sampling SFT on unguided successes), guided-unweighted (ablation), grpo (group-relative policy gradient on every unguided rollout) or guide-grpo (grpo plus the guided groups, Guide's shaped ratio).")] = "distill",
     out: Annotated[Optional[Path], typer.Option(help="Adapter directory (default: adapters/<adapter id> beside the database).")] = None,
     base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded SmolLM2-135M-Instruct).")] = None,
     success_threshold: Annotated[float, typer.Option(help="Reward at which a rollout is training data.")] = 1.0,
@@ -49,6 +49,7 @@ def distill(
     seed: Annotated[int, typer.Option(help="Seed of data order, LoRA init and dropout.")] = 0,
     min_guided_log_ratio: Annotated[float, typer.Option(help="Guided successes whose mean log π(y|x) − log π_old(y|x,hint) is below this (nats/token) are skipped; -inf keeps all.")] = -1.0,
     min_examples: Annotated[int, typer.Option(help="Refuse to train on fewer examples than this.")] = 1,
+    kl_coef: Annotated[float, typer.Option(help="grpo / guide-grpo: weight of the per-token KL to the base model (adapter disabled); 0: none.")] = 0.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout at the end.")] = False,
 ) -> None:
     """Distill a session's lessons and guided successes into a LoRA adapter, then evaluate and register it."""
@@ -69,7 +70,7 @@ def distill(
             objective=objective, success_threshold=success_threshold, lesson_tokens=lesson_tokens,
             eval_max_tokens=eval_max_tokens, min_guided_log_ratio=min_guided_log_ratio, min_examples=min_examples,
             train=TrainConfig(max_steps=steps, epochs=epochs, lr=lr, rank=rank, alpha=alpha, batch_size=batch_size,
-                              grad_accum=grad_accum, max_seq_len=max_seq_len, seed=seed),
+                              grad_accum=grad_accum, max_seq_len=max_seq_len, seed=seed, kl_coef=kl_coef),
         )
         if base_model is not None and not (base_model / "config.json").is_file():
             raise DistillError(f"--base-model {base_model}: not a transformers checkpoint directory (no config.json)")

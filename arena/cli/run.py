@@ -69,7 +69,7 @@ def run(
     concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 4,
     reflect: Annotated[bool, typer.Option("--reflect/--no-reflect", help="Teacher reflection on every group (lessons); --no-reflect: weight-only learning.")] = True,
     cycles: Annotated[int, typer.Option(help="Wake–sleep cycles: --rounds rounds of episodes, then a sleep (distillation into a LoRA the next cycle samples with).")] = 1,
-    sleep_objective: Annotated[Optional[str], typer.Option(help="arena distill objective of each sleep: distill, sft or guided-unweighted. Default: none with --cycles 1, distill with more.")] = None,
+    sleep_objective: Annotated[Optional[str], typer.Option(help="arena distill objective of each sleep: distill, sft, guided-unweighted, grpo or guide-grpo. Default: none with --cycles 1, distill with more.")] = None,
     sleep_from: Annotated[str, typer.Option(help="base: each sleep trains a fresh LoRA on every cycle's successes so far (STaR); previous: continue the last adapter on this cycle's.")] = "base",
     sleep_epochs: Annotated[float, typer.Option(help="Passes over a sleep's examples (when --sleep-steps is 0).")] = 4.0,
     sleep_steps: Annotated[int, typer.Option(help="Optimizer steps per sleep, batch 8 (the schedule arena bench learning measured; 0: from --sleep-epochs).")] = 40,

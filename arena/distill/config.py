@@ -127,4 +127,7 @@ class DistillConfig(BaseModel):
                              f"got {self.min_guided_log_ratio}")
         if self.min_examples < 1:
             raise ValueError(f"min_examples must be >= 1, got {self.min_examples}")
+        if self.train.kl_coef > 0 and self.objective not in RL_OBJECTIVES:
+            raise ValueError(f"--kl-coef applies to the objectives {', '.join(RL_OBJECTIVES)}, not {self.objective}; "
+                             "drop it or pass --objective grpo")
         return self

@@ -35,13 +35,17 @@ from typing import Any
 
 from agents.roles.solver import strip_lessons_section
 from arena.config import SessionConfig
-from arena.distill.config import DistillConfig
+from arena.distill.config import RL_OBJECTIVES, DistillConfig
 from arena.distill.data import (
+    BadTrainingData,
     DistillDataset,
     NoTrainingData,
     build_dataset,
+    build_rl_dataset,
     data_report,
     require_examples,
+    require_rl_examples,
+    rescore_old_logprobs,
     screen_implausible,
 )
 from arena.distill.weights import (
@@ -230,9 +234,81 @@ def collect_data(
     rollouts = AdapterStore(store).training_rollouts(session)
     if rounds is not None:
         rollouts = [r for r in rollouts if r.episode_round in rounds]
+    if cfg.objective in RL_OBJECTIVES:
+        data = build_rl_dataset(rollouts, cfg.objective)
+        require_rl_examples(data, session)
+        return rollouts, data
     data = build_dataset(rollouts, cfg.objective, cfg.success_threshold, strip_lessons_section)
     require_examples(data, session, cfg.success_threshold)
     return rollouts, data
+
+
+def with_sampling_temperature(cfg: DistillConfig, temperature: float) -> DistillConfig:
+    """``cfg`` with the trainer's temperature set to the session's sampling temperature (validated)."""
+    return DistillConfig.model_validate({**cfg.model_dump(), "train": {**cfg.train.model_dump(), "temperature": temperature}})
+
+
+def sampling_adapter_path(store: LessonStore, session: str, adapter_id: str) -> Path:
+    """The directory of the adapter that sampled a session's rollouts (``rollouts.adapter_id``).
+
+    A registered id is looked up in the library; otherwise the session's own ``--adapter``
+    directory, when its name is that id (an unregistered directory passed to ``arena run``).
+
+    Raises:
+        BadTrainingData: neither (the sampling policy, hence π_old, cannot be rebuilt).
+    """
+    info = AdapterStore(store).get_adapter(adapter_id)
+    if info is not None:
+        return Path(info.path)
+    sinfo = store.get_session(session)
+    given = (sinfo.config or {}).get("adapter") if sinfo is not None else None
+    if given and Path(given).name[:50] == adapter_id and Path(given).is_dir():
+        return Path(given)
+    raise BadTrainingData(f"rollouts of session {session!r} were sampled by adapter {adapter_id!r}, which is neither "
+                          "registered nor the session's --adapter directory: their sampling log-probs cannot be rescored")
+
+
+def rescore_pi_old(store: LessonStore, session: str, data: DistillDataset, policy: Any, temperature: float) -> dict[str, Any]:
+    """π_old of every RL example: its tokens scored by the policy that sampled it, at the sampling temperature.
+
+    ``policy`` (the one training starts from) scores the rollouts it sampled itself; the base
+    model or another adapter is loaded for the others (and dropped afterwards). See
+    :func:`arena.distill.data.rescore_old_logprobs`.
+
+    Returns:
+        ``{"temperature", "examples", "stored_vs_rescored_mean_abs", "sampled_by"}`` for the data report.
+
+    Raises:
+        BadTrainingData: an adapter that sampled cannot be found, or a non-finite log-prob.
+    """
+    from agents.backends.local import LocalPolicy
+
+    own = Path(policy.adapter).resolve() if getattr(policy, "adapter", None) is not None else None
+    scorers: dict[str | None, Any] = {}
+
+    def scorer(adapter_id: str | None) -> Any:
+        if adapter_id not in scorers:
+            path = sampling_adapter_path(store, session, adapter_id) if adapter_id is not None else None
+            if (path.resolve() if path is not None else None) == own:
+                scorers[adapter_id] = policy
+            else:
+                other = LocalPolicy(model_dir=policy.model_dir, device=policy.device, dtype=policy.dtype, adapter=path)
+                other.load()
+                scorers[adapter_id] = other
+        return scorers[adapter_id]
+
+    try:
+        summary = rescore_old_logprobs(
+            data, lambda aid, msgs, ids: scorer(aid).token_logprobs(msgs, ids, temperature=temperature), policy.eos_token_id
+        )
+    finally:
+        for p in scorers.values():
+            if p is not policy:
+                p.close()
+        scorers.clear()
+        gc.collect()
+    sampled_by = sorted({e.adapter_id or "base" for e in data.examples})
+    return {"temperature": temperature, **summary, "sampled_by": sampled_by}
 
 
 def screen_data(
@@ -243,7 +319,9 @@ def screen_data(
 
     Guided examples implausible without their hint are dropped
     (:func:`arena.distill.data.screen_implausible`, threshold ``cfg.min_guided_log_ratio``,
-    scored by ``policy.token_logprobs``); then the data must hold ``cfg.min_examples``.
+    scored by ``policy.token_logprobs``); for ``grpo`` / ``guide-grpo``, π_old is rescored at the
+    sampling temperature instead (:func:`rescore_pi_old`; Guide's shaped ratio replaces the screen);
+    then the data must hold ``cfg.min_examples``.
 
     Returns:
         :func:`arena.distill.data.data_report` (examples by kind, tokens, distinct tasks, coverage
@@ -254,7 +332,10 @@ def screen_data(
             many it has and needs).
     """
     ratios: list[float] = []
-    if any(e.kind == "guided" for e in data.examples) and cfg.min_guided_log_ratio > float("-inf"):
+    pi_old: dict[str, Any] | None = None
+    if data.objective in RL_OBJECTIVES:
+        pi_old = rescore_pi_old(store, session, data, policy, cfg.train.temperature)
+    elif any(e.kind == "guided" for e in data.examples) and cfg.min_guided_log_ratio > float("-inf"):
         ratios = screen_implausible(data, rollouts, policy.token_logprobs, cfg.min_guided_log_ratio)
         require_examples(data, session, cfg.success_threshold)
     if len(data.examples) < cfg.min_examples:
@@ -265,7 +346,10 @@ def screen_data(
             "(arena run --sleep-min-examples, arena distill --min-examples)"
         )
     train_keys = [t.task_key for t in store.stored_tasks(session, split="train")]
-    return data_report(data, train_keys, ratios)
+    report = data_report(data, train_keys, ratios)
+    if pi_old is not None:
+        report["pi_old"] = pi_old
+    return report
 
 
 def train_and_save(
@@ -281,10 +365,11 @@ def train_and_save(
     Raises:
         arena.distill.trainer.TrainingError / arena.distill.weights.AdapterError.
     """
-    from arena.distill.trainer import train
+    from arena.distill.trainer import train, train_rl
 
-    peft_model, result = train(policy.model, policy.tokenizer, data.examples, cfg.train,
-                               eos_id=policy.eos_token_id, console=console)
+    fit = train_rl if cfg.objective in RL_OBJECTIVES else train
+    peft_model, result = fit(policy.model, policy.tokenizer, data.examples, cfg.train,
+                             eos_id=policy.eos_token_id, console=console)
     sidecar.metrics = result.metrics()
     path = save_adapter(peft_model, out_dir, sidecar)
     del peft_model
@@ -349,6 +434,8 @@ def run_distill(
     # ---- data (before any model is loaded: bad input fails fast and writes nothing)
     rollouts, data = collect_data(store, session, cfg)
     session_cfg, tasks = session_heldout(store, db, session)
+    if cfg.objective in RL_OBJECTIVES:  # π_old and π_θ at the temperature the rollouts were sampled at
+        cfg = with_sampling_temperature(cfg, session_cfg.temperature)
     adapter_id = astore.next_adapter_id()
     out_dir = fresh_out_dir(store, out_dir, adapter_id)
 

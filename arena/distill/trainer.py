@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from arena.distill.config import TrainConfig
-from arena.distill.data import DistillExample, importance_weights
+from arena.distill.data import DistillExample, RLExample, importance_weights
+from arena.distill.losses import guided_shaped_loss, kl_to_reference, ppo_clip_loss
 
 # Model types whose causal-LM forward is exactly lm_head(model(...).last_hidden_state):
 # the fast path that projects completion positions only is exact for them.
@@ -71,6 +72,9 @@ class TrainResult:
     dropped_too_long: int  # examples longer than max_seq_len, left out
     losses: list[float] = field(default_factory=list)  # per optimizer step
     gammas: list[float] = field(default_factory=list)  # Guide's γ per micro-batch with hinted tokens
+    clipped: int = 0  # grpo / guide-grpo: unguided tokens whose ratio was outside [1 − ε, 1 + ε]
+    kl: list[float] = field(default_factory=list)  # grpo / guide-grpo with kl_coef > 0: mean k3 KL per step, nats/token
+    policy_gradient: bool = False  # trained by train_rl (adds clip_fraction and kl_mean to the metrics)
 
     def metrics(self) -> dict[str, Any]:
         """JSON-safe summary (losses rounded; the curve is kept)."""
@@ -86,6 +90,8 @@ class TrainResult:
             "dropped_too_long": self.dropped_too_long,
             "loss_curve": [round(x, 5) for x in self.losses],
             "gamma_mean": round(sum(self.gammas) / len(self.gammas), 5) if self.gammas else None,
+            **({"clip_fraction": round(self.clipped / self.completion_tokens, 5) if self.completion_tokens else 0.0,
+                "kl_mean": round(sum(self.kl) / len(self.kl), 6) if self.kl else None} if self.policy_gradient else {}),
         }
 
 
@@ -165,8 +171,11 @@ def lora_config(cfg: TrainConfig) -> Any:
     )
 
 
-def target_logprobs(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def target_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
     """log π_θ of the completion tokens of a collated batch, with gradient.
+
+    Args:
+        temperature: score under softmax(logits / T) (the policy that samples at T); 1: the model.
 
     Returns:
         (N,) float32, N = ``batch["target_mask"].sum()``, in row-major order of the mask.
@@ -182,6 +191,8 @@ def target_logprobs(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = head(hidden[:, :-1][tmask]).float()  # (N, V)
     else:
         logits = model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits[:, :-1][tmask].float()
+    if temperature != 1.0:
+        logits = logits / temperature
     return -F.cross_entropy(logits, targets, reduction="none")  # (N,)
 
 
@@ -236,6 +247,38 @@ def _micro_batches(n: int, cfg: TrainConfig, steps: int, gen: torch.Generator) -
 # --------------------------------------------------------------------------- train
 
 
+def _lora_and_optimizer(model: Any, cfg: TrainConfig, peft_config: Any | None, steps: int) -> tuple[Any, list, Any, Any]:
+    """The peft model (LoRA injected, or a loaded adapter made trainable), its trainable parameters, AdamW and the schedule."""
+    from peft import get_peft_model
+
+    torch.manual_seed(cfg.seed)
+    if hasattr(model, "peft_config"):  # an adapter to continue: make its LoRA weights trainable
+        peft_model = model
+        for name, p in peft_model.named_parameters():
+            p.requires_grad_("lora_" in name)
+    else:
+        peft_model = get_peft_model(model, peft_config or lora_config(cfg))
+    peft_model.train()
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, cfg.warmup_steps, steps, cfg.min_lr_ratio))
+    return peft_model, params, opt, sched
+
+
+def _progress(console: Any | None, steps: int) -> tuple[Any | None, Any]:
+    """A started rich progress bar with a status field (None without a console) and its task id."""
+    if console is None:
+        return None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[status]}"), console=console)
+    bar = progress.add_task("train", total=steps, status="")
+    progress.start()
+    return progress, bar
+
+
+
 def train(
     model: Any,
     tokenizer: Any,
@@ -267,8 +310,6 @@ def train(
     Raises:
         TrainingError: no example fits ``max_seq_len``, or the loss became NaN / infinite.
     """
-    from peft import get_peft_model
-
     # ---- data
     eos_id = tokenizer.eos_token_id if eos_id is None else eos_id
     enc, dropped = encode_examples(tokenizer, examples, cfg.max_seq_len, eos_id)
@@ -278,39 +319,12 @@ def train(
     gen = torch.Generator().manual_seed(cfg.seed)
     plan = _micro_batches(len(enc), cfg, steps, gen)
 
-    # ---- model
-    torch.manual_seed(cfg.seed)
-    if hasattr(model, "peft_config"):  # an adapter to continue: make its LoRA weights trainable
-        peft_model = model
-        for name, p in peft_model.named_parameters():
-            p.requires_grad_("lora_" in name)
-    else:
-        peft_model = get_peft_model(model, peft_config or lora_config(cfg))
+    # ---- model and optimizer
+    peft_model, params, opt, sched = _lora_and_optimizer(model, cfg, peft_config, steps)
     device = next(peft_model.parameters()).device
-    peft_model.train()
-
-    # ---- optimizer
-    params = [p for p in peft_model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: warmup_cosine(s, cfg.warmup_steps, steps, cfg.min_lr_ratio)
-    )
 
     # ---- loop
-    progress = None
-    if console is not None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.fields[status]}"), console=console)
-        bar = progress.add_task("train", total=steps, status="")
-        progress.start()
+    progress, bar = _progress(console, steps)
     result = TrainResult(0, 0, 0, math.nan, math.nan, 0.0, 0.0, len(enc), dropped)
     t0 = time.perf_counter()
     try:
@@ -340,6 +354,199 @@ def train(
             sched.step()
             opt.zero_grad(set_to_none=True)
             result.losses.append(step_loss)
+            result.steps = step + 1
+            if progress is not None:
+                tok_s = result.tokens / max(1e-9, time.perf_counter() - t0)
+                progress.update(bar, advance=1, status=f"loss {step_loss:.4f}  {tok_s:,.0f} tok/s")
+    finally:
+        if progress is not None:
+            progress.stop()
+    result.wall_s = time.perf_counter() - t0
+    result.tokens_per_s = result.tokens / max(1e-9, result.wall_s)
+    result.first_loss, result.final_loss = result.losses[0], result.losses[-1]
+    peft_model.eval()
+    return peft_model, result
+
+
+# --------------------------------------------------------------------------- policy-gradient objectives (grpo, guide-grpo)
+
+
+@dataclass
+class EncodedRL:
+    """An RL example as token ids: ``input_ids = prompt (the training context) + completion (+ end-of-turn)``."""
+
+    input_ids: list[int]
+    n_prompt: int  # tokens of the rendered training context
+    old_logprobs: list[float]  # (n_target,) π_old of every target token at the sampling temperature
+    advantage: float  # Â of the rollout in its group
+    guided: bool  # Guide's shaped ratio (context without the hint) instead of PPO's clipped one
+
+
+def encode_rl(tokenizer: Any, examples: Sequence[RLExample], max_seq_len: int, eos_id: int) -> tuple[list[EncodedRL], int]:
+    """Tokenise RL examples under their training context; drop those longer than ``max_seq_len``.
+
+    Raises:
+        TrainingError: an example's π_old does not cover its targets (call
+            :func:`arena.distill.data.rescore_old_logprobs` first).
+    """
+    out, dropped = [], 0
+    for ex in examples:
+        p = prompt_ids(tokenizer, ex.messages)
+        comp = list(ex.completion_ids) + ([eos_id] if ex.add_eos else [])
+        if len(p) + len(comp) > max_seq_len:
+            dropped += 1
+            continue
+        if len(ex.old_logprobs) != len(comp):
+            raise TrainingError(f"rollout {ex.rollout_id}: {len(ex.old_logprobs)} π_old log-probs for {len(comp)} targets; "
+                                "rescore them at the sampling temperature first")
+        out.append(EncodedRL(p + comp, len(p), list(ex.old_logprobs), float(ex.advantage), ex.guided))
+    return out, dropped
+
+
+def collate_rl(batch: Sequence[EncodedRL], pad_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Right-pad a micro-batch of RL examples.
+
+    Returns:
+        ``input_ids`` / ``attention_mask`` (B, L) long; ``target_mask`` (B, L-1) bool (position i
+        predicts a completion token); ``old_logprobs`` (B, L-1) float32 π_old (0 off target);
+        ``advantages`` (B, L-1) float32, the rollout's Â on each of its targets; ``guided`` (B, L-1)
+        bool, targets of guided rollouts.
+    """
+    L, B = max(len(e.input_ids) for e in batch), len(batch)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    tmask = torch.zeros((B, L - 1), dtype=torch.bool)
+    old = torch.zeros((B, L - 1), dtype=torch.float32)
+    adv = torch.zeros((B, L - 1), dtype=torch.float32)
+    guided = torch.zeros((B, L - 1), dtype=torch.bool)
+    for b, e in enumerate(batch):
+        n = len(e.input_ids)
+        ids[b, :n] = torch.tensor(e.input_ids)
+        attn[b, :n] = 1
+        lo, hi = e.n_prompt - 1, n - 1
+        tmask[b, lo:hi] = True
+        old[b, lo:hi] = torch.tensor(e.old_logprobs, dtype=torch.float32)
+        adv[b, lo:hi] = e.advantage
+        guided[b, lo:hi] = e.guided
+    return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, target_mask=tmask, old_logprobs=old,
+                                             advantages=adv, guided=guided).items()}
+
+
+def rl_token_losses(logp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, guided: torch.Tensor, cfg: TrainConfig,
+                    logp_ref: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The summed per-token loss of one micro-batch of grpo / guide-grpo (divide by the step's tokens).
+
+    PPO's clipped surrogate on unguided tokens (:func:`arena.distill.losses.ppo_clip_loss`), Guide's
+    shaped ratio on guided ones (:func:`arena.distill.losses.guided_shaped_loss`, γ over this
+    micro-batch's guided tokens), plus ``cfg.kl_coef`` × the k3 KL to ``logp_ref`` when given.
+
+    Args:
+        logp: (N,) log π_θ at the sampling temperature, with gradient; old: (N,) π_old; adv: (N,) Â;
+        guided: (N,) bool; logp_ref: (N,) log π_ref of the base model, or None.
+
+    Returns:
+        ``(loss_sum, stats)``: a scalar and ``{"gamma", "clipped", "kl_sum"}``.
+    """
+    ung = ~guided
+    eps = cfg.clip_eps
+    loss = ppo_clip_loss(logp[ung], old[ung], adv[ung], eps).sum()
+    with torch.no_grad():
+        ratio = torch.exp((logp[ung].detach() - old[ung]).clamp(max=30.0))
+        clipped = int(((ratio < 1.0 - eps) | (ratio > 1.0 + eps)).sum())
+    gamma = None
+    if bool(guided.any()):
+        g_loss, gamma = guided_shaped_loss(logp[guided], old[guided], adv[guided], cfg.is_quantile, cfg.is_floor)
+        loss = loss + g_loss.sum()
+    kl_sum = None
+    if logp_ref is not None and cfg.kl_coef > 0:
+        kl = kl_to_reference(logp, logp_ref)
+        loss = loss + cfg.kl_coef * kl.sum()
+        kl_sum = float(kl.detach().sum())
+    return loss, {"gamma": gamma, "clipped": clipped, "kl_sum": kl_sum}
+
+
+def train_rl(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[RLExample],
+    cfg: TrainConfig,
+    peft_config: Any | None = None,
+    eos_id: int | None = None,
+    console: Any | None = None,
+) -> tuple[Any, TrainResult]:
+    """Train a LoRA adapter with GRPO / Guide-GRPO on stored rollouts (several epochs, π_old fixed).
+
+    The loss of an optimizer step over its micro-batches m and completion tokens t is the
+    token mean ``L = Σ_m Σ_t ℓ_t / N_step`` with ``ℓ_t`` PPO's clipped surrogate (unguided tokens)
+    or Guide's shaped ratio (guided tokens), both with ratios of π_θ over π_old at the rollouts'
+    sampling temperature ``cfg.temperature``, plus ``cfg.kl_coef`` × the k3 KL to the base model
+    (the adapter disabled) when it is above 0 (Shao et al. 2024, arXiv 2402.03300; Nath et al.
+    2025, arXiv 2506.13923). Same model set-up, schedule, clipping and seed as :func:`train`.
+
+    Args:
+        model, tokenizer, cfg, peft_config, eos_id, console: as :func:`train`.
+        examples: from :func:`arena.distill.data.build_rl_dataset`, π_old rescored
+            (:func:`arena.distill.data.rescore_old_logprobs`).
+
+    Returns:
+        ``(peft_model, result)``.
+
+    Raises:
+        TrainingError: no example fits ``max_seq_len``, or the loss became NaN / infinite.
+    """
+    # ---- data
+    eos_id = tokenizer.eos_token_id if eos_id is None else eos_id
+    enc, dropped = encode_rl(tokenizer, examples, cfg.max_seq_len, eos_id)
+    if not enc:
+        raise TrainingError(f"no training example fits --max-seq-len {cfg.max_seq_len} ({dropped} too long); raise it")
+    steps = total_steps(len(enc), cfg)
+    plan = _micro_batches(len(enc), cfg, steps, torch.Generator().manual_seed(cfg.seed))
+
+    # ---- model and optimizer
+    peft_model, params, opt, sched = _lora_and_optimizer(model, cfg, peft_config, steps)
+    device = next(peft_model.parameters()).device
+
+    # ---- loop
+    progress, bar = _progress(console, steps)
+    result = TrainResult(0, 0, 0, math.nan, math.nan, 0.0, 0.0, len(enc), dropped, policy_gradient=True)
+    t0 = time.perf_counter()
+    try:
+        for step, micro in enumerate(plan):
+            n_step = sum(len(enc[i].input_ids) - enc[i].n_prompt for mb in micro for i in mb)  # completion tokens
+            step_loss, step_kl = 0.0, 0.0
+            for mb in micro:
+                batch = collate_rl([enc[i] for i in mb], tokenizer.pad_token_id, device)
+                tm = batch["target_mask"]
+                logp = target_logprobs(peft_model, batch, cfg.temperature)  # (N,) log π_θ at T
+                logp_ref = None
+                if cfg.kl_coef > 0:
+                    with torch.no_grad(), peft_model.disable_adapter():
+                        logp_ref = target_logprobs(peft_model, batch, cfg.temperature)  # (N,) base model
+                loss_sum, stats = rl_token_losses(logp, batch["old_logprobs"][tm], batch["advantages"][tm],
+                                                  batch["guided"][tm], cfg, logp_ref)
+                loss = loss_sum / n_step
+                loss_value = float(loss.detach())
+                if not math.isfinite(loss_value):
+                    raise TrainingError(
+                        f"loss became {loss_value} at step {step + 1}; lower --lr (now {cfg.lr}) or check the data"
+                    )
+                loss.backward()
+                step_loss += loss_value
+                if stats["gamma"] is not None:
+                    result.gammas.append(stats["gamma"])
+                if stats["kl_sum"] is not None:
+                    step_kl += stats["kl_sum"]
+                result.clipped += stats["clipped"]
+                result.tokens += int(batch["attention_mask"].sum())
+                result.completion_tokens += int(tm.sum())
+            if cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            result.losses.append(step_loss)
+            if cfg.kl_coef > 0:
+                result.kl.append(step_kl / n_step)
             result.steps = step + 1
             if progress is not None:
                 tok_s = result.tokens / max(1e-9, time.perf_counter() - t0)

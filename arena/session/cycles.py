@@ -126,7 +126,8 @@ def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
         eval_max_tokens=cfg.max_tokens, min_guided_log_ratio=cfg.sleep_min_guided_log_ratio,
         min_examples=cfg.sleep_min_examples,
         train=TrainConfig(lr=cfg.sleep_lr, epochs=cfg.sleep_epochs, max_steps=cfg.sleep_steps,
-                          max_seq_len=max_seq_len, seed=(cfg.seed + cycle) % 2**32),
+                          max_seq_len=max_seq_len, seed=(cfg.seed + cycle) % 2**32,
+                          temperature=cfg.temperature),  # the rollouts' sampling temperature (grpo, guide-grpo: π_old)
     )
 
 
