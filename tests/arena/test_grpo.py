@@ -1,0 +1,289 @@
+"""The `grpo` and `guide-grpo` objectives: each loss on a hand-computed example, the groups, π_old at the
+sampling temperature, a tiny-model run whose loss falls, and `arena distill --objective grpo|guide-grpo`
+end to end with its bad-input errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+
+import pytest
+import torch
+from test_distill_cli import arena_inproc, assert_one_line_error, make_session  # noqa: F401 - arena_inproc: a fixture
+
+from arena.distill.data import BadTrainingData, RLExample, build_rl_dataset, require_rl_examples, rescore_old_logprobs
+from arena.distill.losses import (
+    group_advantages,
+    guided_shaped_loss,
+    kl_to_reference,
+    ppo_clip_loss,
+    tempered_logprobs,
+)
+from lessons.library.adapters import TrainingRollout
+
+# --------------------------------------------------------------------------- losses, by hand
+
+
+def test_group_advantages_by_hand():
+    # mean 0.5; sample std sqrt((4 * 0.25) / 3) = 0.57735
+    adv = group_advantages([1.0, 0.0, 0.0, 1.0])
+    assert adv.tolist() == pytest.approx([0.866025, -0.866025, -0.866025, 0.866025], abs=1e-5)
+    assert group_advantages([0.5, 0.5]).tolist() == [0.0, 0.0]  # equal rewards: no signal
+    with pytest.raises(ValueError, match="at least 2"):
+        group_advantages([1.0])
+    with pytest.raises(ValueError, match="finite"):
+        group_advantages([1.0, math.nan])
+
+
+def test_ppo_clip_on_both_sides_by_hand():
+    old = torch.full((5,), math.log(0.5))
+    ratio = torch.tensor([1.5, 0.5, 0.5, 1.5, 1.1])
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0])
+    new = (old + ratio.log()).requires_grad_()
+    loss = ppo_clip_loss(new, old, adv, clip_eps=0.2)
+    # A>0, ρ above 1+ε: clipped to 1.2; A<0, ρ below 1-ε: clipped to 0.8; the pessimistic side is not clipped
+    assert loss.tolist() == pytest.approx([-1.2, 0.8, -0.5, 1.5, -1.1], abs=1e-6)
+    loss.sum().backward()
+    # d(-ρA)/dlog π = -ρA where unclipped, 0 where the clip is active
+    assert new.grad.tolist() == pytest.approx([0.0, 0.0, -0.5, 1.5, -1.1], abs=1e-6)
+
+
+def test_guided_shaped_ratio_and_quantile_by_hand():
+    old = torch.full((5,), math.log(0.2))  # π_old(y | x, h): under the hint
+    rho = torch.tensor([0.1, 0.5, 1.0, 2.0, 4.0])
+    new = (old + rho.log()).requires_grad_()  # π_θ(y | x): without the hint
+    loss, gamma = guided_shaped_loss(new, old, torch.ones(5))
+    # γ = 0.9-quantile of ρ (linear interpolation at 0.9 * 4 = 3.6 between 2 and 4) = 3.2; not clipped
+    assert gamma == pytest.approx(3.2, abs=1e-5)
+    assert loss.tolist() == pytest.approx([-0.1 / 3.3, -0.5 / 3.7, -1 / 4.2, -2 / 5.2, -4 / 7.2], abs=1e-6)
+    loss.sum().backward()
+    # γ detached: d/dlog π [-ρ/(ρ+γ)] = -γρ/(ρ+γ)²
+    assert new.grad.tolist() == pytest.approx([-(3.2 * r) / (r + 3.2) ** 2 for r in rho.tolist()], abs=1e-6)
+    # the floor: ratios far below 1e-4 give γ = 1e-4
+    _, g = guided_shaped_loss(old + math.log(1e-7), old, torch.ones(5))
+    assert g == pytest.approx(1e-4)
+
+
+def test_tempered_logprobs_and_kl_by_hand():
+    logits, target = torch.tensor([[2.0, 0.0, 0.0]]), torch.tensor([0])
+    assert tempered_logprobs(logits, target, 1.0).item() == pytest.approx(2 - math.log(math.exp(2) + 2), abs=1e-6)
+    assert tempered_logprobs(logits, target, 0.5).item() == pytest.approx(4 - math.log(math.exp(4) + 2), abs=1e-6)
+    # k3: exp(d) - d - 1 with d = log π_ref - log π_θ = log(0.25 / 0.5)
+    kl = kl_to_reference(torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)]))
+    assert kl.item() == pytest.approx(0.5 + math.log(2) - 1, abs=1e-6)
+    assert kl_to_reference(torch.tensor([-1.0]), torch.tensor([-1.0])).item() == 0.0
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def roll(rid, episode, reward, guided=False, logprobs=True, adapter=None):
+    hinted = [{"role": "user", "content": "q\n\nHint: h"}]
+    plain = [{"role": "user", "content": "q"}]
+    return TrainingRollout(rid, "s", f"t{episode}", "f", guided, hinted if guided else plain, plain if guided else None,
+                           "c", [5, 6], [-0.5, -0.5] if logprobs else None, reward, "stop", 7 if guided else None, [],
+                           "h" if guided else None, adapter, 1, episode)
+
+
+def test_groups_advantages_and_what_is_dropped():
+    rs = [roll(1, 1, 1.0), roll(2, 1, 0.0), roll(3, 1, 0.0), roll(4, 1, 1.0),  # a group with signal
+          roll(5, 2, 0.0), roll(6, 2, 0.0),  # all fail: dropped ...
+          roll(7, 2, 1.0, guided=True), roll(8, 2, 0.0, guided=True),  # ... its guided re-attempt, normalised on its own
+          roll(9, 3, 1.0)]  # a group of one
+    g = build_rl_dataset(rs, "guide-grpo")
+    assert [e.rollout_id for e in g.examples] == [1, 2, 3, 4, 7, 8]
+    assert [e.kind for e in g.examples] == ["grpo"] * 4 + ["guided-grpo"] * 2
+    assert [round(e.advantage, 4) for e in g.examples] == [0.866, -0.866, -0.866, 0.866, 0.7071, -0.7071]
+    assert g.groups == 2 and dict(g.skipped) == {"equal_rewards": 2, "group_of_one": 1}
+    # the guided example trains under the chat WITHOUT the hint; π_old is scored under the hinted one
+    ex = g.examples[4]
+    assert ex.messages == [{"role": "user", "content": "q"}] and "Hint" in ex.sampling_messages[0]["content"]
+    assert g.provenance()["by_kind"] == {"grpo": 4, "guided-grpo": 2}
+
+    plain = build_rl_dataset(rs, "grpo")  # the ablation: no guided rollouts
+    assert [e.rollout_id for e in plain.examples] == [1, 2, 3, 4] and plain.skipped["guided_not_used"] == 2
+
+
+def test_bad_groups_are_refused_with_the_reason():
+    with pytest.raises(BadTrainingData, match="sampling log-probs"):
+        build_rl_dataset([roll(1, 1, 1.0, logprobs=False), roll(2, 1, 0.0, logprobs=False)], "grpo")
+    with pytest.raises(BadTrainingData, match="reward nan"):
+        build_rl_dataset([roll(1, 1, math.nan), roll(2, 1, 0.0)], "grpo")
+    ones = build_rl_dataset([roll(1, 1, 1.0), roll(2, 2, 0.0)], "grpo")
+    with pytest.raises(BadTrainingData, match=r"single rollout \(k = 1\).*--rollouts 4"):
+        require_rl_examples(ones, "s")
+
+
+def test_rescoring_uses_the_sampling_context_and_adapter():
+    g = build_rl_dataset([roll(1, 1, 1.0, guided=True, adapter="adapter-0002"), roll(2, 1, 0.0, guided=True,
+                                                                                     adapter="adapter-0002")],
+                         "guide-grpo")
+    seen = []
+
+    def score(adapter_id, msgs, ids):
+        seen.append((adapter_id, msgs[0]["content"], list(ids)))
+        return torch.tensor([-0.4, -0.7, -0.1])
+
+    summary = rescore_old_logprobs(g, score, eos_id=2)
+    assert seen[0] == ("adapter-0002", "q\n\nHint: h", [5, 6, 2])  # hinted chat, the sampler, end-of-turn included
+    assert g.examples[0].old_logprobs == pytest.approx([-0.4, -0.7, -0.1])
+    assert summary["stored_vs_rescored_mean_abs"] == pytest.approx(0.15)
+
+
+# --------------------------------------------------------------------------- the tiny model
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tiny_dir):
+    from agents.backends.local import LocalPolicy
+
+    p = LocalPolicy(model_dir=tiny_dir, device="cpu")
+    p.load()
+    yield p
+    p.close()
+
+
+def test_tempered_ratio_on_a_tempered_sample(tiny_policy, tiny_dir):
+    """π_old of a rollout sampled at T = 0.8 is softmax(logits / 0.8): the untrained LoRA's ratio is 1 there, not at T = 1."""
+    from arena.distill.trainer import collate_rl, encode_rl, target_logprobs
+
+    msgs = [{"role": "user", "content": "What is 2 + 3?"}]
+    c = tiny_policy.sample(msgs, n=1, temperature=0.8, max_tokens=12, seed=3)[0]
+    assert c.token_ids and c.logprobs is not None
+    stored_t1 = torch.tensor(c.logprobs)  # what the DB keeps: temperature-1 log-probs of the sampled tokens
+    assert tiny_policy.token_logprobs(msgs, c.token_ids).tolist() == pytest.approx(stored_t1.tolist(), abs=1e-4)
+    old_t = tiny_policy.token_logprobs(msgs, c.token_ids, temperature=0.8)
+    ex = RLExample("grpo", 1, "t", msgs, msgs, list(c.token_ids), old_t.tolist(), False, 1.0)
+    enc, _ = encode_rl(tiny_policy.tokenizer, [ex], 512, tiny_policy.eos_token_id)
+    batch = collate_rl(enc, tiny_policy.tokenizer.pad_token_id)
+    with torch.no_grad():
+        new_t = target_logprobs(tiny_policy.model, batch, temperature=0.8)
+        new_1 = target_logprobs(tiny_policy.model, batch, temperature=1.0)
+    assert torch.exp(new_t - old_t).tolist() == pytest.approx([1.0] * len(old_t), abs=1e-4)  # the sampler's ratio
+    assert not torch.allclose(old_t, stored_t1, atol=1e-3)  # temperature-1 log-probs are another distribution
+    assert new_1.tolist() == pytest.approx(stored_t1.tolist(), abs=1e-4)
+
+
+def test_guided_ratio_is_scored_without_the_hint(tiny_policy):
+    from arena.distill.trainer import collate_rl, encode_rl, target_logprobs
+
+    plain = [{"role": "user", "content": "What is 2 + 3?"}]
+    hinted = [{"role": "user", "content": "What is 2 + 3?\n\nHint: the answer is 5."}]
+    ids = tiny_policy.encode("<answer>5</answer>")
+    old = tiny_policy.token_logprobs(hinted, ids, temperature=0.8)
+    ex = RLExample("guided-grpo", 1, "t", plain, hinted, ids, old.tolist(), False, 1.0)
+    enc, _ = encode_rl(tiny_policy.tokenizer, [ex], 512, tiny_policy.eos_token_id)
+    with torch.no_grad():
+        new = target_logprobs(tiny_policy.model, collate_rl(enc, tiny_policy.tokenizer.pad_token_id), 0.8)
+    assert new.tolist() == pytest.approx(tiny_policy.token_logprobs(plain, ids, temperature=0.8).tolist(), abs=1e-4)
+    assert not torch.allclose(new, old, atol=1e-4)  # π_θ(y | x) / π_old(y | x, h) is not 1
+
+
+def test_tiny_model_loss_falls(tiny_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agents.backends.local import LocalPolicy
+    from arena.distill.config import TrainConfig
+    from arena.distill.trainer import train_rl
+
+    scorer = LocalPolicy(model_dir=tiny_dir, device="cpu")
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    tok.pad_token = "<|endoftext|>"
+    msgs = [{"role": "user", "content": "What is 2 + 3?"}]
+    hinted = [{"role": "user", "content": "What is 2 + 3?\n\nHint: 5"}]
+    # rollouts with advantage +1 (the first, and the guided last) and -1; distinct words, so the updates do not conflict
+    texts = ["five five five", "seven seven seven", "seven eight nine", "five six five"]
+    examples = []
+    for i, (text, a) in enumerate(zip(texts, [1.0, -1.0, -1.0, 1.0], strict=True)):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        guided = i == 3
+        old = scorer.token_logprobs(hinted if guided else msgs, ids, temperature=0.8).tolist()
+        examples.append(RLExample("guided-grpo" if guided else "grpo", i, "t", msgs, hinted if guided else msgs, ids,
+                                  old, False, a))
+    scorer.close()
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    cfg = TrainConfig(lr=1e-2, max_steps=12, batch_size=4, grad_accum=1, warmup_steps=0, dropout=0.0, temperature=0.8,
+                      kl_coef=0.01)
+    _, res = train_rl(model, tok, examples, cfg)
+    assert res.steps == 12 and all(math.isfinite(x) for x in res.losses)
+    assert res.losses[-1] < res.losses[0] - 0.05, res.losses
+    m = res.metrics()
+    assert m["gamma_mean"] is not None and 0 <= m["clip_fraction"] <= 1 and m["kl_mean"] > 0
+
+
+# --------------------------------------------------------------------------- arena distill
+
+
+@pytest.fixture
+def db(tmp_path, tiny):
+    path = tmp_path / "arena.db"
+    make_session(path, tiny)
+    return path
+
+
+def test_distill_guide_grpo_end_to_end(db, tiny, tmp_path, arena_inproc):  # noqa: F811
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "guide-grpo", "--steps", "2",
+                        "--eval-max-tokens", "2", "--kl-coef", "0.05", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["objective"] == "guide-grpo" and out["adapter_id"] == "adapter-0001"
+    # per episode: 2 unguided rollouts (rewards 1, 0) and 1 guided one (a group of one: dropped)
+    assert out["data"]["by_kind"] == {"grpo": 4, "guided-grpo": 0} and out["data"]["groups"] == 2
+    assert out["data"]["skipped"] == {"group_of_one": 2}
+    pi_old = out["data"]["report"]["pi_old"]
+    assert pi_old["temperature"] == 0.8 and pi_old["examples"] == 4 and pi_old["sampled_by"] == ["base"]
+    assert out["train"]["steps"] == 2 and "clip_fraction" in out["train"] and out["train"]["kl_mean"] is not None
+    with sqlite3.connect(db) as c:
+        assert c.execute("select adapter_id, objective from adapters").fetchall() == [("adapter-0001", "guide-grpo")]
+        cfg = json.loads(c.execute("select config from adapters").fetchone()[0])
+    assert cfg["train"]["temperature"] == 0.8 and cfg["train"]["kl_coef"] == 0.05
+
+
+def _no_adapter(db, tmp_path):
+    assert not (tmp_path / "adapters").exists()
+    with sqlite3.connect(db) as c:
+        assert c.execute("select count(*) from adapters").fetchone()[0] == 0
+
+
+def test_rollouts_without_logprobs_are_one_line(db, tiny, tmp_path, arena_inproc):  # noqa: F811
+    with sqlite3.connect(db) as c:
+        c.execute("update rollouts set logprobs = NULL")
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "grpo")
+    assert_one_line_error(proc, "objective grpo needs the sampling log-probs", "OpenAI-compatible", "--solver local")
+    _no_adapter(db, tmp_path)
+
+
+def test_groups_of_one_are_one_line(db, tiny, tmp_path, arena_inproc):  # noqa: F811
+    with sqlite3.connect(db) as c:  # keep one rollout per episode and guidance: k = 1
+        c.execute("delete from rollouts where id not in (select min(id) from rollouts group by episode_id, guided)")
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "guide-grpo")
+    assert_one_line_error(proc, "single rollout (k = 1)", "--rollouts 4")
+    _no_adapter(db, tmp_path)
+
+
+def test_nan_loss_is_one_line(db, tiny, tmp_path, arena_inproc, monkeypatch):  # noqa: F811
+    import arena.distill.trainer as trainer
+
+    monkeypatch.setattr(trainer, "ppo_clip_loss", lambda new, old, adv, eps: new * math.nan)
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "grpo", "--steps", "1",
+                        "--eval-max-tokens", "2")
+    # in this process the loading and training progress bars share stderr; the error is its one last line
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1].startswith("arena: error: loss became nan at step 1; lower --lr")
+    _no_adapter(db, tmp_path)
+
+
+def test_kl_coef_needs_a_policy_gradient_objective(db, arena_inproc):  # noqa: F811
+    proc = arena_inproc("distill", "--db", str(db), "--kl-coef", "0.1")
+    assert_one_line_error(proc, "--kl-coef applies to the objectives grpo, guide-grpo")
+
+
+def test_sleep_objectives_and_temperature():
+    from arena.config import SessionConfig
+    from arena.session.cycles import sleep_config
+
+    cfg = SessionConfig(db="x.db", cycles=2, sleep_objective="guide-grpo", temperature=0.7)
+    d = sleep_config(cfg, 1)
+    assert d.objective == "guide-grpo" and d.train.temperature == 0.7
+    assert SessionConfig(db="x.db", cycles=2, sleep_objective="grpo").sleep == "grpo"
