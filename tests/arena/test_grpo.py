@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from dataclasses import replace
 
 import pytest
 import torch
@@ -287,3 +288,60 @@ def test_sleep_objectives_and_temperature():
     d = sleep_config(cfg, 1)
     assert d.objective == "guide-grpo" and d.train.temperature == 0.7
     assert SessionConfig(db="x.db", cycles=2, sleep_objective="grpo").sleep == "grpo"
+
+
+def test_distill_rescores_pi_old_under_the_adapter_that_sampled(db, tiny, tmp_path, arena_inproc):  # noqa: F811
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "grpo", "--steps", "1",
+                        "--eval-max-tokens", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    base_pi_old = json.loads(proc.stdout)["data"]["report"]["pi_old"]
+    with sqlite3.connect(db) as c:  # as if adapter-0001 had sampled the session (arena run --adapter adapter-0001)
+        c.execute("update rollouts set adapter_id = 'adapter-0001'")
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "grpo", "--steps", "1",
+                        "--eval-max-tokens", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    pi_old = json.loads(proc.stdout)["data"]["report"]["pi_old"]
+    assert pi_old["sampled_by"] == ["adapter-0001"] and base_pi_old["sampled_by"] == ["base"]
+    assert pi_old["stored_vs_rescored_mean_abs"] != base_pi_old["stored_vs_rescored_mean_abs"]  # another policy
+    with sqlite3.connect(db) as c:
+        c.execute("update rollouts set adapter_id = 'adapter-0099'")
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "grpo")
+    assert proc.returncode == 2 and "sampled by adapter 'adapter-0099'" in proc.stderr.strip().splitlines()[-1]
+
+
+# --------------------------------------------------------------------------- arena run --cycles --sleep-objective grpo
+
+
+def test_wake_sleep_cycles_with_a_grpo_sleep(tmp_path, tiny):
+    from langgraph.checkpoint.memory import InMemorySaver
+    from test_cycles import solver_responder, teacher_responder, write_tasks
+
+    from agents.backends.fake import FakePolicy
+    from arena.config import SessionConfig
+    from arena.episode.context import Roles
+    from arena.session.cycles import cycle_adapters
+    from arena.session.runner import run_session
+    from arena.tasks.sources import load_tasks
+    from lessons.library.store import LessonStore
+
+    class SamplerWithLogprobs(FakePolicy):
+        """The fake solver, with sampling log-probs as the local backend records them."""
+
+        def sample(self, messages, n=1, **kw):
+            outs = super().sample(messages, n, **kw)
+            return [replace(c, logprobs=[-1.0] * len(c.token_ids)) for c in outs]
+
+    tasks = write_tasks(tmp_path / "adding.jsonl")
+    cfg = SessionConfig(db=str(tmp_path / "arena.db"), families=[], tasks_file=tasks, train_tasks=2, heldout_tasks=2,
+                        rounds=1, rollouts=4, cycles=2, sleep_objective="grpo", sleep_steps=1, sleep_min_examples=2,
+                        utility_every=0, hint_modes=[], max_tokens=8, concurrency=1, temperature=0.7)
+    splits = load_tasks([], tasks, n_train=2, n_heldout=2, seed=0)
+    with LessonStore(cfg.db) as store:
+        roles = Roles(SamplerWithLogprobs(solver_responder, "solver"), FakePolicy(teacher_responder, "teacher"))
+        run_session(cfg, store, roles, splits, "s", checkpointer=InMemorySaver(), base_model=tiny)
+        a1 = cycle_adapters(store, "s")[1]
+    assert a1.objective == "grpo"
+    # 2 groups of 4 rollouts, 2 correct in each: every rollout has an advantage of ±0.866
+    assert a1.data["report"]["by_kind"] == {"grpo": 8, "guided-grpo": 0} and a1.data["groups"] == 2
+    assert a1.data["report"]["pi_old"]["temperature"] == 0.7 and a1.data["report"]["pi_old"]["sampled_by"] == ["base"]
+    assert a1.config["train"]["temperature"] == 0.7 and a1.metrics["steps"] == 1
