@@ -21,6 +21,10 @@ under the context they were sampled in: the STaR-like baseline, Zelikman et al. 
 ``guided-unweighted`` (both sources, guided tokens with weight 1: the ablation of the
 importance weights).
 
+The policy-gradient objectives ``grpo`` and ``guide-grpo`` use every rollout of a group, failures
+included: :func:`build_rl_dataset` (groups and advantages), :func:`rescore_old_logprobs` (π_old at
+the sampling temperature); their losses are in :mod:`arena.distill.losses`.
+
 The loss is on completion tokens only; every example keeps its provenance (rollout id, task,
 lessons in context, hint id), recorded in the adapter's sidecar and database row.
 """

@@ -36,7 +36,7 @@ class AdapterSidecar(BaseModel):
     format_version: int = SIDECAR_VERSION  # sidecar layout version
     adapter_id: str | None = None  # readable id in the library, e.g. "adapter-0001"
     base_model: str | None = None  # fingerprint of the base model (None: unknown, older sidecar)
-    objective: str = "distill"  # distill | sft | guided-unweighted
+    objective: str = "distill"  # distill | sft | guided-unweighted | grpo | guide-grpo
     session: str | None = None  # the session whose rollouts it was trained on
     config: dict[str, Any] = {}  # DistillConfig as a dict
     data: dict[str, Any] = {}  # provenance: rollout / lesson / hint ids, counts

@@ -75,7 +75,7 @@ class AdapterInfo:
     adapter_id: str  # readable, e.g. "adapter-0001"
     path: str  # the adapter directory
     base_model: str  # fingerprint of the base model
-    objective: str  # "distill" | "sft" | "guided-unweighted"
+    objective: str  # one of lessons.vocab.ADAPTER_OBJECTIVES
     session: str | None  # the session it was trained on
     config: dict[str, Any]
     data: dict[str, Any]
