@@ -126,7 +126,14 @@ class DistillDataset:
 
     @property
     def lessons_in_context(self) -> list[str]:
-        """Lessons whose effect was trained in: those in the sampling context of any example."""
+        """Lessons whose effect was trained in: those in the sampling context of any example.
+
+        None for the policy-gradient objectives: their examples keep the lessons in the training
+        context (π_θ and π_old must see the same chat for PPO's ratio), so no lesson's effect moves
+        into the weights and none can become ``distilled``.
+        """
+        if self.objective in RL_OBJECTIVES:
+            return []
         return sorted({lid for e in self.examples for lid in e.lessons})
 
 

@@ -117,7 +117,7 @@ class HeldoutEvals:
 
 def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
     """The :class:`arena.distill.config.DistillConfig` of one sleep (seed moves with the cycle)."""
-    from arena.distill.config import DistillConfig, TrainConfig
+    from arena.distill.config import RL_OBJECTIVES, DistillConfig, TrainConfig
 
     # room for the system prompt, a full lessons section, the question and the completion
     max_seq_len = max(512, cfg.lesson_tokens + cfg.max_tokens + 512)
@@ -127,7 +127,8 @@ def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
         min_examples=cfg.sleep_min_examples,
         train=TrainConfig(lr=cfg.sleep_lr, epochs=cfg.sleep_epochs, max_steps=cfg.sleep_steps,
                           max_seq_len=max_seq_len, seed=(cfg.seed + cycle) % 2**32,
-                          temperature=cfg.temperature),  # the rollouts' sampling temperature (grpo, guide-grpo: π_old)
+                          # grpo / guide-grpo: π_old and π_θ at the rollouts' sampling temperature
+                          temperature=cfg.temperature if cfg.sleep in RL_OBJECTIVES else 1.0),
     )
 
 

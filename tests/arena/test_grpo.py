@@ -235,6 +235,8 @@ def test_distill_guide_grpo_end_to_end(db, tiny, tmp_path, arena_inproc):  # noq
     pi_old = out["data"]["report"]["pi_old"]
     assert pi_old["temperature"] == 0.8 and pi_old["examples"] == 4 and pi_old["sampled_by"] == ["base"]
     assert out["train"]["steps"] == 2 and "clip_fraction" in out["train"] and out["train"]["kl_mean"] is not None
+    # lessons stay in the training context (PPO's ratio needs the sampling chat): none is trained in or distilled
+    assert out["in_context"] == [] and out["distilled"] == []
     with sqlite3.connect(db) as c:
         assert c.execute("select adapter_id, objective from adapters").fetchall() == [("adapter-0001", "guide-grpo")]
         cfg = json.loads(c.execute("select config from adapters").fetchone()[0])
@@ -287,6 +289,7 @@ def test_sleep_objectives_and_temperature():
     cfg = SessionConfig(db="x.db", cycles=2, sleep_objective="guide-grpo", temperature=0.7)
     d = sleep_config(cfg, 1)
     assert d.objective == "guide-grpo" and d.train.temperature == 0.7
+    assert sleep_config(SessionConfig(db="x.db", cycles=2, temperature=0.7), 1).train.temperature == 1.0  # distill
     assert SessionConfig(db="x.db", cycles=2, sleep_objective="grpo").sleep == "grpo"
 
 
