@@ -278,7 +278,8 @@ class OpenAIPolicy:
         """The fault of a body that did not parse: cut off (the error is at its end) or not JSON at all."""
         doc = err.doc or ""
         shown = _one_line(doc, _SHOWN_BODY_CHARS)
-        if doc.lstrip()[:1] in "{[" and doc.lstrip() and err.pos >= len(doc.rstrip()):
+        at_end = err.pos >= len(doc.rstrip()) or err.msg.startswith("Unterminated string")
+        if doc.lstrip()[:1] in ("{", "[") and at_end:
             return EndpointFault(
                 f"endpoint {self.base_url} returned JSON cut off after {len(doc)} characters for model "
                 f"'{self.model}': {shown!r}", "truncated_json",

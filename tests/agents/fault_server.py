@@ -2,10 +2,10 @@
 
 ``FaultServer`` answers ``GET /v1/models`` (the model ``M``) and ``POST /v1/chat/completions``.
 Each chat request gets the mode its index picks (``modes`` cycles over the requests, or a
-callable ``index -> mode``); the modes are those a user meets when a server misbehaves:
+callable ``(index, body) -> mode`` that may look at the request); the modes are those a user meets when a server misbehaves:
 
 ========================  ========================================================================
-``normal``                a short valid answer (``<answer>{answer}</answer>``), ``n`` choices
+``normal``                a short valid answer (``content(body)``, else ``<answer>{answer}</answer>``), ``n`` choices
 ``empty_choices``         HTTP 200 with ``choices: []`` (CASE-001)
 ``huge``                  HTTP 200, content of ``huge_chars`` characters, finish reason stop (CASE-002)
 ``not_json``              HTTP 200, body ``{not json`` as application/json (CASE-003)
@@ -50,8 +50,9 @@ class FaultServer:
 
     Args:
         modes: a sequence cycled over the requests (``["normal", "empty_choices"]``: every other
-            request is faulty), or a callable ``index -> mode``.
+            request is faulty), or a callable ``(index, body) -> mode``.
         answer: what a normal reply answers (inside ``<answer>`` tags).
+        content: ``body -> text`` of a normal reply (e.g. a solver's answer or a teacher's JSON); overrides ``answer``.
         huge_chars: length of a ``huge`` reply.
         slow_s: seconds a ``slow`` reply waits.
 
@@ -60,12 +61,14 @@ class FaultServer:
         served: the mode each chat request got, in order.
     """
 
-    def __init__(self, modes: Sequence[str] | Callable[[int], str] = ("normal",), answer: str = "4",
-                 huge_chars: int = 400_000, slow_s: float = 2.0) -> None:
+    def __init__(self, modes: Sequence[str] | Callable[[int, dict[str, Any]], str] = ("normal",), answer: str = "4",
+                 huge_chars: int = 400_000, slow_s: float = 2.0,
+                 content: Callable[[dict[str, Any]], str] | None = None) -> None:
         for m in ([] if callable(modes) else modes):
             if m not in MODES:
                 raise ValueError(f"unknown fault mode {m!r}; one of {', '.join(MODES)}")
         self.modes, self.answer, self.huge_chars, self.slow_s = modes, answer, huge_chars, slow_s
+        self.content = content
         self.requests: list[dict[str, Any]] = []
         self.served: list[str] = []
         self._lock = threading.Lock()
@@ -78,9 +81,12 @@ class FaultServer:
         """``http://127.0.0.1:<port>/v1``."""
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
-    def mode_of(self, index: int) -> str:
-        """The mode of chat request ``index``."""
-        return self.modes(index) if callable(self.modes) else self.modes[index % len(self.modes)]
+    def mode_of(self, index: int, body: dict[str, Any] | None = None) -> str:
+        """The mode of chat request ``index`` (with request ``body``)."""
+        mode = self.modes(index, body or {}) if callable(self.modes) else self.modes[index % len(self.modes)]
+        if mode not in MODES:
+            raise ValueError(f"unknown fault mode {mode!r}")
+        return mode
 
     def __enter__(self) -> FaultServer:
         self._thread.start()
@@ -96,7 +102,7 @@ class FaultServer:
 
     def _next(self, body: dict[str, Any]) -> str:
         with self._lock:
-            mode = self.mode_of(len(self.requests))
+            mode = self.mode_of(len(self.requests), body)
             self.requests.append(body)
             self.served.append(mode)
         return mode
@@ -141,8 +147,9 @@ class FaultServer:
                 body = json.loads(raw or b"{}")
                 mode = server._next(body)
                 n = int(body.get("n") or 1)
-                normal = _reply([_choice(i, f"The sum is {server.answer}. <answer>{server.answer}</answer>")
-                                 for i in range(n)])
+                text = server.content(body) if server.content else (
+                    f"The sum is {server.answer}. <answer>{server.answer}</answer>")
+                normal = _reply([_choice(i, text) for i in range(n)])
                 if mode == "normal":
                     self._json(200, normal)
                 elif mode == "slow":
