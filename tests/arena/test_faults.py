@@ -222,3 +222,47 @@ def test_a_session_against_every_other_reply_faulty_finishes_whole(session, faul
         assert set(summary["faults"]) <= {"oversized"}
     for r in rows:  # a rollout either came through or failed with its reason
         assert (r.fault is None and r.reward is not None) or r.fault in set(FAILING.values()) | {"oversized"}
+
+
+# --------------------------------------------------------------------------- checkpoint threads of stored episodes
+
+
+def _threads(conn: sqlite3.Connection) -> set[str]:
+    return {t for (t,) in conn.execute("SELECT DISTINCT thread_id FROM checkpoints")}
+
+
+def test_a_stored_episodes_leftover_checkpoint_thread_is_removed_at_the_end_and_on_resume(session, fault_server, tmp_path):
+    store, splits, cfg, run = session
+    server = fault_server(["normal"], content=content)
+    conn = sqlite3.connect(str(tmp_path / "ckpt.sqlite"), check_same_thread=False)
+
+    class KilledBeforeDelete(SqliteSaver):
+        """kill -9 between the first episode's write and its checkpoint's deletion: that deletion never happens."""
+
+        skipped = 0
+
+        def delete_thread(self, thread_id: str) -> None:
+            if thread_id.endswith(f"/r001-{splits.train[0].task_key}") and not KilledBeforeDelete.skipped:
+                KilledBeforeDelete.skipped = 1
+                return
+            super().delete_thread(thread_id)
+
+    run(server, checkpointer=KilledBeforeDelete(conn))
+    assert KilledBeforeDelete.skipped == 1
+    assert _threads(conn) == set()  # removed at the end of the session
+
+    # the same leftover, found by a resume: a thread of a stored episode, written back as the kill left it
+    saver = SqliteSaver(conn)
+    sid = store.get_session("s").id
+    created = store.get_session("s").created_at.isoformat()
+    key = sorted(store.finished_episode_keys(sid))[0]
+    thread = {"configurable": {"thread_id": f"s#{sid}@{created}/{key}", "checkpoint_ns": ""}}
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver.put(thread, empty_checkpoint(), {"source": "loop", "step": 5}, {})
+    assert len(_threads(conn)) == 1
+    policy = OpenAIPolicy("M", base_url=server.base_url, max_retries=0)
+    run_session(cfg, store, Roles(policy, policy), splits, "s", resume=True, checkpointer=saver)
+    assert _threads(conn) == set()
+    assert store.get_session("s").status == "finished" and len(rollouts(store, "s")) == 4  # nothing run twice
+    conn.close()
