@@ -44,7 +44,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
-import httpx
 import openai
 from openai import OpenAI
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
@@ -128,6 +127,24 @@ def _connection_reason(err: openai.APIConnectionError, timeout_s: float) -> str:
     cause = err.__cause__
     reason = str(cause) if cause is not None and str(cause) else str(err)
     return _one_line(reason)
+
+
+def _never_connected(err: BaseException) -> bool:
+    """Whether a connection error happened before a connection was made (refused, no route, DNS), not mid-reply.
+
+    Walks the exception chain for the transport's ``ConnectError`` (by name: the ``openai`` client
+    may ship its own copy of httpx) or an ``OSError`` raised while connecting.
+    """
+    seen: BaseException | None = err
+    for _ in range(10):
+        if seen is None:
+            return False
+        if type(seen).__name__ in ("ConnectError", "ConnectTimeout") or isinstance(
+            seen, (ConnectionRefusedError, ConnectionAbortedError)
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _trim_to_text(text: str, tokens: list[str], logprobs: list[float]) -> list[float]:
@@ -224,7 +241,7 @@ class OpenAIPolicy:
             )
         if isinstance(err, openai.APIConnectionError):
             reason = _connection_reason(err, self.timeout_s)
-            if isinstance(err.__cause__, httpx.ConnectError):
+            if _never_connected(err):
                 return EndpointFault(
                     f"cannot reach OpenAI-compatible endpoint at {self.base_url} for model '{self.model}': {reason}",
                     "connection",
