@@ -198,13 +198,15 @@ def evaluate_heldout(
 def _sample_each(solver: Policy, chats: list[list[dict[str, str]]], max_tokens: int) -> list[Completion | EndpointFault]:
     """One greedy completion per chat (batched where the solver can); a chat whose reply stayed faulty gets its fault.
 
-    A batch that fails is sampled again one chat at a time, so an endpoint fault costs one
-    held-out task (ungraded, reward None), not the evaluation.
+    A batch that fails is sampled again one chat at a time (a solver without ``sample_batch`` is
+    sampled one chat at a time from the start), so an endpoint fault costs one held-out task
+    (ungraded, reward None), not the evaluation.
     """
-    try:
-        return list(sample_many(solver, chats, temperature=0.0, max_tokens=max_tokens))
-    except EndpointFault:
-        pass
+    if getattr(solver, "sample_batch", None) is not None:
+        try:
+            return list(sample_many(solver, chats, temperature=0.0, max_tokens=max_tokens))
+        except EndpointFault:
+            pass
     outs: list[Completion | EndpointFault] = []
     for chat in chats:
         try:

@@ -266,3 +266,23 @@ def test_a_stored_episodes_leftover_checkpoint_thread_is_removed_at_the_end_and_
     assert _threads(conn) == set()
     assert store.get_session("s").status == "finished" and len(rollouts(store, "s")) == 4  # nothing run twice
     conn.close()
+
+
+# --------------------------------------------------------------------------- `arena run` as the cases ran it
+
+
+def test_case_001_arena_run_json_finishes_and_counts_faults(fault_server, tmp_path):
+    from cli_helpers import arena
+
+    tasks = write_tasks(tmp_path / "adding.jsonl")
+    # requests 1-3 have no choices: the first faulty reply outlives its 3 attempts (one rollout's or
+    # one held-out task's worth), the rest of the session is served normally
+    server = fault_server(lambda i, body: "empty_choices" if 1 <= i <= 3 else "normal", content=content)
+    env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "x"}
+    proc = arena("run", "--db", str(tmp_path / "arena.db"), "--tasks-file", str(tasks), "--solver", "openai:M",
+                 "--teacher", "openai:M", "--train-tasks", "2", "--heldout-tasks", "2", "--rounds", "1",
+                 "--rollouts", "2", "--max-tokens", "96", "--session", "case1", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    assert summary["faults"] == {"empty_choices": 1}
+    assert summary["episodes"] == 2 and summary["rollouts"] >= 4
