@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agents.policy import Policy
+from agents.policy import EndpointFault, Policy
 from agents.roles.solver import solver_messages
 from arena.config import ConfigError, SessionConfig
 from arena.distill.data import NoTrainingData
@@ -518,8 +518,11 @@ def _online_rubrics_update(
 
     keys = list(dict.fromkeys(k.split("-", 1)[1] for k in episode_keys))  # "r001-<task_key>" -> task_key
     tasks = [task_by_key[k] for k in keys if k in task_by_key and task_by_key[k].split == "train"]
-    return update_rubrics(
-        rubric_store, session_id, tasks, episode_keys, roles.teacher, roles.solver,
-        n_reference=min(4, cfg.rollouts), temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-        teacher_max_tokens=cfg.teacher_max_tokens, seed=episode_seed(cfg.seed, episode_keys[-1]),
-    )
+    try:
+        return update_rubrics(
+            rubric_store, session_id, tasks, episode_keys, roles.teacher, roles.solver,
+            n_reference=min(4, cfg.rollouts), temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+            teacher_max_tokens=cfg.teacher_max_tokens, seed=episode_seed(cfg.seed, episode_keys[-1]),
+        )
+    except EndpointFault:  # an endpoint failed mid-update: no update this time, the session goes on
+        return []

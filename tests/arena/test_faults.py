@@ -286,3 +286,17 @@ def test_case_001_arena_run_json_finishes_and_counts_faults(fault_server, tmp_pa
     summary = json.loads(proc.stdout)
     assert summary["faults"] == {"empty_choices": 1}
     assert summary["episodes"] == 2 and summary["rollouts"] >= 4
+
+
+def test_a_fault_in_a_utility_check_costs_that_check_not_the_session(session, fault_server):
+    store, splits, cfg, run = session
+    cfg_u = cfg.model_copy(update={"utility_every": 1, "utility_samples": 3})
+    # the utility A/B asks the solver for 3 samples at once: those requests have no choices
+    server = fault_server(lambda i, body: "empty_choices" if is_solver(body) and body.get("n") == 3 else "normal",
+                          content=content)
+    policy = OpenAIPolicy("M", base_url=server.base_url, max_retries=0)
+    policy._sleep = lambda s: None
+    summary = run_session(cfg_u, store, Roles(policy, policy), splits, "u", checkpointer=None)
+    assert store.get_session("u").status == "finished" and summary["rollouts"] >= 4
+    assert "empty_choices" in server.served  # a utility check was attempted and its fault absorbed
+    assert summary["utility_checks"] == 0
