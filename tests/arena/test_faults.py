@@ -208,6 +208,9 @@ def test_a_session_against_a_mode_that_always_fails_finishes(session, fault_serv
     assert n_eval >= 2  # the held-out tasks failed one by one, not the evaluation
     assert summary["faults"] == {kind: 4 + n_eval}
     assert summary["heldout_before"]["n"] == 0  # no task was graded: nothing to count as a pass or a fail
+    from lessons.library.adapters import AdapterStore
+
+    assert AdapterStore(store).training_rollouts("s") == []  # a failed rollout is never training data
 
 
 @pytest.mark.parametrize("mode", ["normal", "huge", *sorted(FAILING)])
