@@ -22,6 +22,35 @@ class PolicyError(RuntimeError):
     """
 
 
+class EndpointFault(PolicyError):
+    """One reply of an endpoint was unusable after the bounded retries (a transient fault, not a misconfiguration).
+
+    It costs the one rollout or held-out item that asked for it, never the session: callers
+    that can go on record the fault and continue. The message names the endpoint, the model
+    and what happened.
+
+    Attributes:
+        kind: one of :data:`FAULT_KINDS`, for counting faults by kind.
+    """
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+FAULT_KINDS = (
+    "empty_choices",  # HTTP 200 with no choices
+    "content_null",  # a choice whose message content is null
+    "not_json",  # a body that is not JSON (HTML, plain text, garbage)
+    "truncated_json",  # JSON cut off before its end
+    "http_5xx",  # a server error that outlived the client's retries
+    "http_429",  # rate-limited past the Retry-After waits
+    "timeout",  # no reply within the request timeout
+    "connection",  # connection refused, reset or closed without a reply
+    "oversized",  # a reply longer than max_tokens can produce, cut to the bound (the rollout is kept)
+)
+
+
 class LogprobsUnavailable(PolicyError):
     """The backend cannot score an arbitrary completion (e.g. a chat API without echo)."""
 
@@ -37,6 +66,9 @@ class Completion:
             context where the backend exposes them, else ``None``.
         finish_reason: ``"stop"`` (end of turn or a stop sequence) or ``"length"`` (max tokens).
         prompt_tokens: number of prompt tokens (0 where unknown).
+        fault: a fault the reply carried and the backend repaired, else None: ``"oversized"``
+            (longer than ``max_tokens`` can produce; ``text`` was cut to the bound and
+            ``finish_reason`` set to ``"length"``).
     """
 
     text: str
@@ -44,6 +76,7 @@ class Completion:
     logprobs: list[float] | None = None
     finish_reason: str = "stop"
     prompt_tokens: int = 0
+    fault: str | None = None
 
     @property
     def completion_tokens(self) -> int:

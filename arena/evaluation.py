@@ -12,11 +12,12 @@ retrieves like it), before ``arena.distill`` and ``arena.session``, which both u
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.policy import Policy, sample_many
+from agents.policy import Completion, EndpointFault, Policy, sample_many
 from agents.roles.solver import solver_messages
 from arena.episode.prompt import retrieve_for_task
 from arena.episode.rewards import RewardStrategy, RubricReward
@@ -65,7 +66,7 @@ class EvalResult:
 
     rewards: list[float | None]  # per task, input order; None: ungraded (rubric reward only)
     lessons: list[list[str]]  # lesson ids shown in each task's prompt
-    rows: list[dict[str, Any]] = field(default_factory=list)  # {"task_key", "extracted_answer", "reward", "lessons"}
+    rows: list[dict[str, Any]] = field(default_factory=list)  # {"task_key", "extracted_answer", "reward", "lessons"[, "fault", "error"]}
     judged: bool = False  # rewards came from a rubric judge (adds ungraded / mean_reward to details())
 
     @property
@@ -97,9 +98,17 @@ class EvalResult:
         graded = self.graded
         return wilson_summary(count_passes(graded), len(graded), with_passes=False)
 
+    @property
+    def faults(self) -> dict[str, int]:
+        """Endpoint faults that left tasks without a completion (or a grade), by kind."""
+        return dict(Counter(r["fault"] for r in self.rows if r.get("fault")))
+
     def details(self) -> dict[str, Any]:
-        """The evaluations-table details: ``{"tasks": rows}``, plus ``ungraded`` and ``mean_reward`` when judged."""
+        """The evaluations-table details: ``{"tasks": rows}``, plus ``ungraded`` and ``mean_reward`` when judged,
+        ``faults`` (kind → tasks) when an endpoint fault cost a task."""
         out: dict[str, Any] = {"tasks": self.rows}
+        if self.faults:
+            out["faults"] = self.faults
         if self.judged:
             graded = self.graded
             out.update(ungraded=len(self.rows) - len(graded),
@@ -161,19 +170,50 @@ def evaluate_heldout(
         section, ids = retrieve_for_task(store, t, lesson_tokens, solver.count_tokens, exclude) if with_lessons else ("", [])
         chats.append(solver_messages(t.question, section))
         shown.append([i for i, _ in ids])
-    outs = sample_many(solver, chats, temperature=0.0, max_tokens=max_tokens)
+    outs = _sample_each(solver, chats, max_tokens)
     judged = isinstance(reward, RubricReward)
     rewards, rows = [], []
     for t, c, ids in zip(tasks, outs, shown):
-        if judged:
-            g = reward.grade(t, [c], session_id)[0]
-            ans, r = g["extracted_answer"], g["reward"]
-        else:
+        fault: EndpointFault | None = c if isinstance(c, EndpointFault) else None
+        ans, r = None, None
+        if fault is None and judged:
+            try:
+                g = reward.grade(t, [c], session_id)[0]
+                ans, r = g["extracted_answer"], g["reward"]
+            except EndpointFault as e:  # the judge's endpoint: this task is ungraded
+                fault = e
+        elif fault is None:
             ans = extract_answer(c.text)
             r = score(t, ans)
         rewards.append(r)
-        rows.append({"task_key": t.task_key, "extracted_answer": ans, "reward": r, "lessons": ids})
+        row: dict[str, Any] = {"task_key": t.task_key, "extracted_answer": ans, "reward": r, "lessons": ids}
+        if fault is not None:
+            row.update(fault=fault.kind, error=str(fault))
+        elif c.fault:
+            row["fault"] = c.fault  # "oversized": cut to the bound, still graded
+        rows.append(row)
     return EvalResult(rewards, [list(ids) for ids in shown], rows, judged)
+
+
+def _sample_each(solver: Policy, chats: list[list[dict[str, str]]], max_tokens: int) -> list[Completion | EndpointFault]:
+    """One greedy completion per chat (batched where the solver can); a chat whose reply stayed faulty gets its fault.
+
+    A batch that fails is sampled again one chat at a time (a solver without ``sample_batch`` is
+    sampled one chat at a time from the start), so an endpoint fault costs one held-out task
+    (ungraded, reward None), not the evaluation.
+    """
+    if getattr(solver, "sample_batch", None) is not None:
+        try:
+            return list(sample_many(solver, chats, temperature=0.0, max_tokens=max_tokens))
+        except EndpointFault:
+            pass
+    outs: list[Completion | EndpointFault] = []
+    for chat in chats:
+        try:
+            outs.append(solver.sample(chat, n=1, temperature=0.0, max_tokens=max_tokens)[0])
+        except EndpointFault as e:
+            outs.append(e)
+    return outs
 
 
 def paired(a: EvalResult | None, b: EvalResult | None) -> dict[str, Any] | None:

@@ -99,3 +99,36 @@ def local_policy():
     policy = LocalPolicy()
     policy.load()
     return policy
+
+
+# --------------------------------------------------------------------------- fault-injecting server
+
+
+def _fault_server_module():
+    """tests/agents/fault_server.py, importable from any test folder."""
+    here = os.path.join(os.path.dirname(__file__), "agents")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import fault_server
+
+    return fault_server
+
+
+@pytest.fixture
+def fault_server():
+    """A factory of fault-injecting OpenAI-compatible servers on loopback (``tests/agents/fault_server.py``).
+
+    ``fault_server(["normal", "empty_choices"], **kw)`` starts one (every other chat request
+    faulty) and returns it; every server started is stopped after the test.
+    """
+    mod = _fault_server_module()
+    started = []
+
+    def start(modes=("normal",), **kw):
+        s = mod.FaultServer(modes, **kw).__enter__()
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.close()

@@ -12,9 +12,18 @@ What the chat API gives and does not give:
   completion, so :meth:`OpenAIPolicy.logprobs` raises :class:`LogprobsUnavailable`;
 * no tokenizer, so :meth:`OpenAIPolicy.count_tokens` is an approximation.
 
-Every failure of the endpoint surfaces as a one-line :class:`PolicyError`; retries are the
-``openai`` client's own bounded retries (``max_retries``), and rate limits (HTTP 429) are
-retried further with tenacity, waiting what the server's ``Retry-After`` header asks.
+Every failure of the endpoint surfaces as a one-line :class:`PolicyError` naming the endpoint
+and the model; retries are the ``openai`` client's own bounded retries (``max_retries``), and
+rate limits (HTTP 429) are retried further with tenacity, waiting what the server's
+``Retry-After`` header asks.
+
+Faults of one reply — no choices, a null content, a body that is not JSON or is cut off, a 5xx
+or a timeout that outlived the retries, a closed connection — are retried a bounded number of
+times (``fault_retries``) and then raised as :class:`~agents.policy.EndpointFault` with its
+``kind``: it costs the caller one rollout, not the session. A reply longer than ``max_tokens``
+can produce (``MAX_CHARS_PER_TOKEN`` characters a token) is cut to that bound, marked finish
+reason ``length`` and flagged (``Completion.fault == "oversized"``), so nothing stored,
+checkpointed or shown to the teacher grows with what a server sends.
 
 Concurrency: episodes running in threads share one policy; at most ``max_concurrency``
 requests are in flight at once (a bounded semaphore). A group of k completions is one request
@@ -25,6 +34,7 @@ are remembered and get k concurrent single-completion requests instead.
 from __future__ import annotations
 
 import email.utils
+import json
 import math
 import os
 import threading
@@ -38,13 +48,26 @@ import openai
 from openai import OpenAI
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
-from agents.policy import Completion, LogprobsUnavailable, Message, PolicyError
+from agents.policy import Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError
 
 DEFAULT_API_KEY = "sk-no-key"  # local servers (llama.cpp, vLLM, Ollama) accept any key
 _CHARS_PER_TOKEN = 4
 _MAX_ERROR_CHARS = 300
 MAX_RETRY_AFTER_S = 300.0  # longest Retry-After we wait; a longer one fails the request
 _BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # waits after a 429 without Retry-After
+MAX_CHARS_PER_TOKEN = 16  # generous: no BPE token of English text is longer; a longer reply ignored max_tokens
+_FAULT_BACKOFF_S = (0.5, 1.0, 2.0)  # waits before retrying a faulty reply (no choices, not JSON, ...)
+_SHOWN_BODY_CHARS = 80  # characters of a bad body quoted in an error
+
+
+def bound_reply(text: str, max_tokens: int) -> tuple[str, bool]:
+    """``text`` cut to what ``max_tokens`` tokens can spell (``max_tokens × MAX_CHARS_PER_TOKEN`` characters).
+
+    Returns:
+        ``(text, cut)``: the bounded text and whether it was cut.
+    """
+    bound = max(1, int(max_tokens)) * MAX_CHARS_PER_TOKEN
+    return (text, False) if len(text) <= bound else (text[:bound], True)
 
 
 def retry_after_seconds(headers: Any, now: datetime | None = None) -> float | None:
@@ -106,6 +129,24 @@ def _connection_reason(err: openai.APIConnectionError, timeout_s: float) -> str:
     return _one_line(reason)
 
 
+def _never_connected(err: BaseException) -> bool:
+    """Whether a connection error happened before a connection was made (refused, no route, DNS), not mid-reply.
+
+    Walks the exception chain for the transport's ``ConnectError`` (by name: the ``openai`` client
+    may ship its own copy of httpx) or an ``OSError`` raised while connecting.
+    """
+    seen: BaseException | None = err
+    for _ in range(10):
+        if seen is None:
+            return False
+        if type(seen).__name__ in ("ConnectError", "ConnectTimeout") or isinstance(
+            seen, (ConnectionRefusedError, ConnectionAbortedError)
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _trim_to_text(text: str, tokens: list[str], logprobs: list[float]) -> list[float]:
     """Drop log-probs of tokens that lie past ``text`` (a stop sequence the server removed).
 
@@ -143,6 +184,8 @@ class OpenAIPolicy:
             clear, each after the server's ``Retry-After`` (at most ``MAX_RETRY_AFTER_S``) or,
             without one, a backoff of 1, 2, 4, … 30 s.
         http_client: an ``httpx.Client`` for the ``openai`` client (proxies, tests).
+        fault_retries: further attempts after a faulty reply (no choices, null content, not
+            JSON, cut-off JSON), after 0.5, 1, 2 s; then :class:`EndpointFault`.
 
     Attributes:
         name: ``"openai:<model>"``.
@@ -160,6 +203,7 @@ class OpenAIPolicy:
         max_concurrency: int = 8,
         rate_limit_retries: int = 6,
         http_client: Any = None,
+        fault_retries: int = 2,
     ) -> None:
         if not model:
             raise PolicyError("the openai backend needs a model name")
@@ -180,16 +224,33 @@ class OpenAIPolicy:
         self.max_concurrency = max_concurrency
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self.rate_limit_retries = rate_limit_retries
+        self.fault_retries = fault_retries
         self.supports_n: bool | None = None  # learnt from the first reply to n > 1
         self._sleep: Callable[[float], None] = time.sleep  # tests record the waits instead
 
     # ------------------------------------------------------------------ errors
 
     def _policy_error(self, err: openai.OpenAIError) -> PolicyError:
-        """Translate an ``openai`` exception into a one-line :class:`PolicyError`."""
-        if isinstance(err, openai.APIConnectionError):  # includes APITimeoutError
+        """Translate an ``openai`` exception into a one-line :class:`PolicyError` naming the endpoint and the model.
+
+        Transient faults (a timeout, a closed connection, a 5xx) become :class:`EndpointFault`.
+        """
+        if isinstance(err, openai.APITimeoutError):
+            return EndpointFault(
+                f"endpoint {self.base_url} sent no reply within {self.timeout_s:g} s for model '{self.model}'", "timeout"
+            )
+        if isinstance(err, openai.APIConnectionError):
             reason = _connection_reason(err, self.timeout_s)
-            return PolicyError(f"cannot reach OpenAI-compatible endpoint at {self.base_url}: {reason}")
+            if _never_connected(err):
+                return EndpointFault(
+                    f"cannot reach OpenAI-compatible endpoint at {self.base_url} for model '{self.model}': {reason}",
+                    "connection",
+                )
+            return EndpointFault(
+                f"endpoint {self.base_url} closed the connection without a complete reply for model "
+                f"'{self.model}': {reason}",
+                "connection",
+            )
         if isinstance(err, openai.AuthenticationError):
             return PolicyError(
                 f"endpoint {self.base_url} rejected the API key (HTTP 401): set OPENAI_API_KEY "
@@ -206,15 +267,72 @@ class OpenAIPolicy:
                 f"(HTTP 404: {_status_message(err)}; check the model name and that the URL ends in /v1)"
             )
         if isinstance(err, openai.APIStatusError):
-            return PolicyError(
-                f"endpoint {self.base_url} returned HTTP {err.status_code} for model "
-                f"'{self.model}': {_status_message(err)}"
+            message = (f"endpoint {self.base_url} returned HTTP {err.status_code} for model "
+                       f"'{self.model}': {_status_message(err)}")
+            return EndpointFault(message, "http_5xx") if err.status_code >= 500 else PolicyError(message)
+        return PolicyError(f"OpenAI-compatible endpoint at {self.base_url} failed for model '{self.model}': {_one_line(err)}")
+
+    def _reply_fault(self, response: Any) -> EndpointFault | None:
+        """What is wrong with a parsed reply (not a completion object, no choices, a null content), else None."""
+        if not hasattr(response, "choices"):  # the client hands back the body text when it is not JSON
+            return EndpointFault(
+                f"endpoint {self.base_url} returned a reply that is not JSON for model '{self.model}': "
+                f"{_one_line(response, _SHOWN_BODY_CHARS)!r}", "not_json",
             )
-        return PolicyError(f"OpenAI-compatible endpoint at {self.base_url} failed: {_one_line(err)}")
+        if not response.choices:
+            return EndpointFault(f"endpoint {self.base_url} returned a reply with no choices for model '{self.model}'",
+                                 "empty_choices")
+        for c in response.choices:
+            message = getattr(c, "message", None)
+            if message is None or (message.content is None and not getattr(message, "tool_calls", None)):
+                return EndpointFault(
+                    f"endpoint {self.base_url} returned a choice without content for model '{self.model}'",
+                    "content_null",
+                )
+        return None
+
+    def _decode_fault(self, err: json.JSONDecodeError) -> EndpointFault:
+        """The fault of a body that did not parse: cut off (the error is at its end) or not JSON at all."""
+        doc = err.doc or ""
+        shown = _one_line(doc, _SHOWN_BODY_CHARS)
+        at_end = err.pos >= len(doc.rstrip()) or err.msg.startswith("Unterminated string")
+        if doc.lstrip()[:1] in ("{", "[") and at_end:
+            return EndpointFault(
+                f"endpoint {self.base_url} returned JSON cut off after {len(doc)} characters for model "
+                f"'{self.model}': {shown!r}", "truncated_json",
+            )
+        return EndpointFault(
+            f"endpoint {self.base_url} returned a reply that is not JSON for model '{self.model}': {shown!r}", "not_json"
+        )
 
     # ------------------------------------------------------------------ sampling
 
     def _create(self, messages: Sequence[Message], n: int, **kwargs: Any) -> Any:
+        """One usable ``chat.completions.create`` reply, a faulty one retried ``fault_retries`` times.
+
+        Raises:
+            EndpointFault: the reply stayed faulty (see :meth:`_reply_fault`, :meth:`_decode_fault`,
+                and the transient HTTP and connection faults of :meth:`_policy_error`).
+            PolicyError: a misconfiguration (bad key, unknown model, another 4xx).
+        """
+        for attempt in range(1 + max(0, self.fault_retries)):
+            try:
+                response = self._create_once(messages, n, **kwargs)
+                fault = self._reply_fault(response)
+            except json.JSONDecodeError as err:
+                fault = self._decode_fault(err)
+            except EndpointFault as err:
+                if err.kind in ("http_429", "timeout", "connection", "http_5xx"):
+                    raise  # the client (and tenacity for 429s) already retried these within their bounds
+                fault = err
+            if fault is None:
+                return response
+            if attempt < self.fault_retries:
+                self._sleep(_FAULT_BACKOFF_S[min(attempt, len(_FAULT_BACKOFF_S) - 1)])
+        tries = 1 + max(0, self.fault_retries)
+        raise EndpointFault(f"{fault} ({tries} attempt{'s' if tries > 1 else ''})", fault.kind)
+
+    def _create_once(self, messages: Sequence[Message], n: int, **kwargs: Any) -> Any:
         """One ``chat.completions.create`` call (waiting for a free slot, retrying 429s); errors become :class:`PolicyError`."""
         params: dict[str, Any] = dict(model=self.model, messages=list(messages), **kwargs)
         if n != 1:
@@ -236,13 +354,13 @@ class OpenAIPolicy:
         except openai.BadRequestError as err:
             if self._request_logprobs and "logprob" in _status_message(err).lower():
                 self._request_logprobs = False  # this server/model refuses log-probs
-                return self._create(messages, n, **kwargs)
+                return self._create_once(messages, n, **kwargs)
             raise self._policy_error(err) from None
         except openai.RateLimitError as err:
-            raise PolicyError(
+            raise EndpointFault(
                 f"endpoint {self.base_url} kept rate-limiting requests for model '{self.model}' (HTTP 429; waited "
                 f"up to {self.rate_limit_retries} times, at most {MAX_RETRY_AFTER_S:g} s each): {_status_message(err)}; "
-                "lower --concurrency or raise the limit"
+                "lower --concurrency or raise the limit", "http_429",
             ) from None
         except openai.OpenAIError as err:
             raise self._policy_error(err) from None
@@ -259,19 +377,23 @@ class OpenAIPolicy:
         return _BACKOFF_S[min(state.attempt_number - 1, len(_BACKOFF_S) - 1)]
 
     @staticmethod
-    def _to_completion(choice: Any, prompt_tokens: int) -> Completion:
+    def _to_completion(choice: Any, prompt_tokens: int, max_tokens: int) -> Completion:
+        """The :class:`Completion` of one choice, its text and log-probs bounded by ``max_tokens``."""
         text = (choice.message.content or "") if choice.message is not None else ""
+        text, cut = bound_reply(str(text), max_tokens)
         logprobs: list[float] | None = None
         content = getattr(choice.logprobs, "content", None) if choice.logprobs is not None else None
         if content:
-            logprobs = [float(t.logprob) for t in content]
-            logprobs = _trim_to_text(text, [t.token or "" for t in content], logprobs)
+            logprobs = [float(t.logprob) for t in content[: max(1, int(max_tokens))]]
+            if not cut:
+                logprobs = _trim_to_text(text, [t.token or "" for t in content], logprobs)
         return Completion(
             text=text,
             token_ids=[],
             logprobs=logprobs,
-            finish_reason="length" if choice.finish_reason == "length" else "stop",
-            prompt_tokens=prompt_tokens,
+            finish_reason="length" if cut or choice.finish_reason == "length" else "stop",
+            prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else 0,
+            fault="oversized" if cut else None,
         )
 
     def sample(
@@ -305,11 +427,15 @@ class OpenAIPolicy:
             seed: passed to the server (best-effort reproducibility).
 
         Returns:
-            ``n`` :class:`Completion` objects, finish reason ``"length"`` or ``"stop"``.
+            ``n`` :class:`Completion` objects, finish reason ``"length"`` or ``"stop"``; a text
+            longer than ``max_tokens × MAX_CHARS_PER_TOKEN`` characters is cut to that bound
+            (finish reason ``"length"``, ``fault`` ``"oversized"``).
 
         Raises:
-            PolicyError: endpoint unreachable or timed out, unknown model, bad API key, rate
-                limited past the retries, any other HTTP error, or a server that returns no choices.
+            EndpointFault: a reply stayed faulty after the bounded retries (no choices, null
+                content, not JSON, cut-off JSON, 5xx, timeout, closed connection, rate limited
+                past the waits); its ``kind`` says which.
+            PolicyError: unknown model, bad API key, or another 4xx.
         """
         if n <= 0:
             return []
@@ -320,11 +446,11 @@ class OpenAIPolicy:
         def request(count: int, index: int) -> list[Completion]:
             """``count`` completions starting at position ``index`` of the group (seed + index)."""
             kw = dict(kwargs, **({"seed": seed + index} if seed is not None else {}))
-            response = self._create(messages, count, **kw)
-            if not response.choices:
-                raise PolicyError(f"endpoint {self.base_url} returned no completions for model '{self.model}'")
-            prompt_tokens = response.usage.prompt_tokens if response.usage is not None else 0
-            return [self._to_completion(c, prompt_tokens or 0) for c in sorted(response.choices, key=lambda c: c.index or 0)]
+            response = self._create(messages, count, **kw)  # choices checked there
+            usage = getattr(response, "usage", None)
+            prompt_tokens = getattr(usage, "prompt_tokens", 0) if usage is not None else 0
+            choices = sorted(response.choices, key=lambda c: c.index if isinstance(c.index, int) else 0)
+            return [self._to_completion(c, prompt_tokens or 0, max_tokens) for c in choices]
 
         completions: list[Completion] = []
         if n == 1 or self.supports_n is not False:
@@ -379,7 +505,7 @@ class OpenAIPolicy:
         try:
             page = self._client.models.list()
         except openai.NotFoundError:
-            self._create([{"role": "user", "content": "ping"}], 1, max_tokens=1, temperature=0.0)
+            self._create_once([{"role": "user", "content": "ping"}], 1, max_tokens=1, temperature=0.0)
             return
         except openai.OpenAIError as err:
             raise self._policy_error(err) from None

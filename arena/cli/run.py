@@ -194,6 +194,8 @@ def print_summary(summary: dict, console: Console) -> None:
         "lessons_retired", "library_tokens_used", "utility_checks", "reflections_failed",
     ):
         t.add_row(key.replace("_", " "), str(summary.get(key)))
+    faults = summary.get("faults") or {}
+    t.add_row("endpoint faults", ", ".join(f"{k} {v}" for k, v in faults.items()) or "none")
     t.add_row("all-fail groups → guided", f"{summary.get('all_fail_groups')} → {summary.get('guided_groups')} "
               f"(guided success rate {summary.get('guided_success_rate')})")
     t.add_row("pass@k unguided → with hints", f"{summary.get('pass_at_k_unguided')} → {summary.get('pass_at_k_with_hints')}")

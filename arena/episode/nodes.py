@@ -13,9 +13,10 @@ from datetime import datetime, timezone
 
 from langgraph.runtime import Runtime
 
+from agents.policy import EndpointFault
 from agents.roles.hints import FailedAttempt, write_hint
 from agents.roles.solver import guided_messages, solver_messages
-from agents.roles.teacher import LIBRARY_FULL_NOTE, RolloutView
+from agents.roles.teacher import LIBRARY_FULL_NOTE, ReflectResult, RolloutView
 from agents.roles.teacher import reflect as teacher_reflect
 from arena.episode.context import EpisodeContext
 from arena.episode.prompt import retrieve_for_task
@@ -26,6 +27,8 @@ from arena.episode.state import (
     GradeStatus,
     HintEntry,
     completion_entry,
+    failed_entry,
+    is_failed,
     to_completion,
 )
 from arena.tasks.verify import has_verifier
@@ -46,19 +49,66 @@ def _guided_seed(seed: int | None) -> int | None:
 
 
 def _sample_group(ctx: EpisodeContext, messages: list[dict[str, str]], seed: int | None) -> list[CompletionEntry]:
-    """``settings.rollouts`` solver completions of one chat, each with its share of the call's latency."""
+    """``settings.rollouts`` solver completions of one chat, each with its share of the call's latency.
+
+    A group call the endpoint could not answer (:class:`agents.policy.EndpointFault`, after the
+    backend's bounded retries) is sampled again one rollout at a time (seed + i); a rollout that
+    still fails becomes a failed entry (:func:`arena.episode.state.failed_entry`) with the fault's
+    kind and message, so one bad reply costs one rollout, not the episode or the session.
+    """
     s = ctx.settings
     t0 = time.perf_counter()
-    outs = ctx.roles.solver.sample(messages, n=s.rollouts, temperature=s.temperature, max_tokens=s.max_tokens, seed=seed)
+    try:
+        outs = ctx.roles.solver.sample(messages, n=s.rollouts, temperature=s.temperature, max_tokens=s.max_tokens,
+                                       seed=seed)
+    except EndpointFault:
+        return [_sample_one(ctx, messages, None if seed is None else seed + i) for i in range(s.rollouts)]
     latency = (time.perf_counter() - t0) / max(1, len(outs))
     return [completion_entry(c, latency) for c in outs]
 
 
+def _sample_one(ctx: EpisodeContext, messages: list[dict[str, str]], seed: int | None) -> CompletionEntry:
+    """One rollout on its own request; an endpoint fault makes it a failed entry."""
+    s = ctx.settings
+    t0 = time.perf_counter()
+    try:
+        c = ctx.roles.solver.sample(messages, n=1, temperature=s.temperature, max_tokens=s.max_tokens, seed=seed)[0]
+    except EndpointFault as e:
+        return failed_entry(e.kind, str(e), time.perf_counter() - t0)
+    return completion_entry(c, time.perf_counter() - t0)
+
+
+def _fault_grade(kind: str, reason: str) -> GradeEntry:
+    """The grade of a rollout an endpoint fault left ungraded (no completion, or a judge that never answered)."""
+    return {"reward": None, "extracted_answer": None, "critique": f"ungraded: {reason}"[:300], "graded": False,
+            "fault": kind}
+
+
 def _grade_group(ctx: EpisodeContext, state: EpisodeState, completions: list[CompletionEntry],
                  seed: int | None) -> list[GradeEntry]:
-    """The reward strategy's grades of a group, in order."""
-    comps = [to_completion(c) for c in completions]
-    return ctx.reward.grade(ctx.task(state["task_key"]), comps, state["session_id"], seed)
+    """The reward strategy's grades of a group, in order; failed rollouts are ungraded (reward None).
+
+    A grader whose model (critic, rubric judge) hits an endpoint fault grades the rollouts one
+    at a time; one it cannot grade is ungraded with the fault.
+    """
+    task = ctx.task(state["task_key"])
+    delivered = [i for i, c in enumerate(completions) if not is_failed(c)]
+    comps = [to_completion(completions[i]) for i in delivered]
+    try:
+        graded = ctx.reward.grade(task, comps, state["session_id"], seed) if comps else []
+    except EndpointFault:
+        graded = []
+        for c in comps:
+            try:
+                graded += ctx.reward.grade(task, [c], state["session_id"], seed)
+            except EndpointFault as e:
+                graded.append(_fault_grade(e.kind, f"the grader's endpoint failed: {e}"))
+    grades: list[GradeEntry] = [
+        _fault_grade(c.get("fault") or "connection", c.get("fault_reason") or "no completion") for c in completions
+    ]
+    for i, g in zip(delivered, graded):
+        grades[i] = g
+    return grades
 
 
 def _no_reflection(error: str | None = None) -> dict:
@@ -104,7 +154,8 @@ def route_after_grade(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> 
     task = ctx.task(state["task_key"])
     best = max((g["reward"] for g in state["grades"] if g["reward"] is not None), default=0.0)
     hintable = has_verifier(task) or bool(task.answer)
-    if ctx.settings.hint_modes and hintable and task.split == "train" and not passes(best, ctx.settings.success_threshold):
+    delivered = any(not is_failed(c) for c in state["completions"])  # a hint needs attempts to learn from
+    if ctx.settings.hint_modes and hintable and delivered and task.split == "train" and not passes(best, ctx.settings.success_threshold):
         return "hint"
     return "reflect"
 
@@ -124,12 +175,16 @@ def hint(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
     else:
         failed = [
             FailedAttempt(c["text"], g["extracted_answer"], g["critique"])
-            for c, g in zip(state["completions"], state["grades"])
+            for c, g in zip(state["completions"], state["grades"]) if not is_failed(c)
         ]
-        written = write_hint(
-            ctx.roles.teacher, modes, task.question, failed, task.answer,
-            max_tokens=ctx.settings.hint_max_tokens, seed=state.get("seed"),
-        )
+        try:
+            written = write_hint(
+                ctx.roles.teacher, modes, task.question, failed, task.answer,
+                max_tokens=ctx.settings.hint_max_tokens, seed=state.get("seed"),
+            )
+        except EndpointFault as e:  # costs the hint, not the episode
+            return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": [],
+                    "hint_error": f"hint not written: {e}"}
         if written is None:
             return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": []}
         h = {"mode": written.mode, "text": written.text, "hint_id": None, "rejected": written.rejected}
@@ -179,11 +234,26 @@ def reflect(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
     views = _rollout_views(ctx, state)
     if not views:
         return _no_reflection("no graded, unflagged rollout to reflect on")
-    task = ctx.task(state["task_key"])
-    h = state.get("hint")
     used, budget = ctx.store.library_tokens_used(), ctx.store.curation_policy.library_tokens
     note = LIBRARY_FULL_NOTE.format(used=used, budget=budget) if used >= LIBRARY_FULL_FRACTION * budget else None
-    result = teacher_reflect(
+    try:
+        result = _teacher_reflect(ctx, state, views, note)
+    except EndpointFault as e:  # costs the reflection, not the episode
+        return _no_reflection(f"reflection not written: {e}")
+    return {
+        "reflection": result.reflection.model_dump() if result.reflection else None,
+        "reflection_raw": result.raw,
+        "reflection_error": result.error,
+        "rejected_ops": result.rejected,
+    }
+
+
+def _teacher_reflect(ctx: EpisodeContext, state: EpisodeState, views: list[RolloutView],
+                     note: str | None) -> ReflectResult:
+    """:func:`agents.roles.teacher.reflect` on the episode's usable rollouts."""
+    task = ctx.task(state["task_key"])
+    h = state.get("hint")
+    return teacher_reflect(
         ctx.roles.teacher,
         task.family,
         task.question,
@@ -196,17 +266,19 @@ def reflect(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
         hint=h["text"] if h else None,
         library_note=note,
     )
-    return {
-        "reflection": result.reflection.model_dump() if result.reflection else None,
-        "reflection_raw": result.raw,
-        "reflection_error": result.error,
-        "rejected_ops": result.rejected,
-    }
+
+
+def _completion_tokens(c: CompletionEntry, max_tokens: int) -> int:
+    """Completion tokens of a rollout: its ids, else its words (0 for a failed one, at most ``max_tokens`` for a cut one)."""
+    if is_failed(c):
+        return 0
+    n = len(c["token_ids"]) or max(1, len(c["text"].split()))
+    return min(n, max_tokens) if c.get("fault") == "oversized" else n
 
 
 def _rollout_records(state: EpisodeState, completions: list[CompletionEntry], grades: list[GradeEntry],
-                     messages: list[dict[str, str]], guided: bool, start: int) -> list[RolloutRecord]:
-    """The store records of one group's rollouts, numbered from ``start``."""
+                     messages: list[dict[str, str]], guided: bool, start: int, max_tokens: int) -> list[RolloutRecord]:
+    """The store records of one group's rollouts, numbered from ``start``; ``fault`` from the completion or its grade."""
     return [
         RolloutRecord(
             idx=start + i,
@@ -216,13 +288,14 @@ def _rollout_records(state: EpisodeState, completions: list[CompletionEntry], gr
             reward=g["reward"],
             critique=g["critique"],
             prompt_tokens=c["prompt_tokens"],
-            completion_tokens=len(c["token_ids"]) or max(1, len(c["text"].split())),
+            completion_tokens=_completion_tokens(c, max_tokens),
             finish_reason=c["finish_reason"],
             latency_s=c["latency_s"],
             guided=guided,
             token_ids=c["token_ids"] or None,
             logprobs=c["logprobs"],
             unguided_messages=state["messages"] if guided else None,
+            fault=c.get("fault") or g.get("fault"),
         )
         for i, (c, g) in enumerate(zip(completions, grades))
     ]
@@ -236,6 +309,8 @@ def _episode_error(state: EpisodeState) -> str | None:
     h = state.get("hint")
     if h and h.get("rejected"):
         error = "; ".join(filter(None, [error, *h["rejected"]]))
+    if state.get("hint_error"):
+        error = "; ".join(filter(None, [error, state["hint_error"]]))
     return error
 
 
@@ -249,10 +324,12 @@ def curate(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
     ctx = runtime.context
     task = ctx.task(state["task_key"])
     h = state.get("hint")
-    rollouts = _rollout_records(state, state["completions"], state["grades"], state["messages"], False, 0)
+    max_tokens = ctx.settings.max_tokens
+    rollouts = _rollout_records(state, state["completions"], state["grades"], state["messages"], False, 0, max_tokens)
     if h:
         rollouts += _rollout_records(
-            state, state["guided_completions"], state["guided_grades"], state["guided_messages"], True, len(rollouts)
+            state, state["guided_completions"], state["guided_grades"], state["guided_messages"], True, len(rollouts),
+            max_tokens,
         )
     result = ctx.store.record_episode(
         EpisodeRecord(

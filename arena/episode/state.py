@@ -24,6 +24,8 @@ class CompletionEntry(TypedDict):
     finish_reason: str  # "stop" or "length"
     prompt_tokens: int  # 0 where unknown
     latency_s: float  # wall-clock seconds of the group's sampling call divided by the group size
+    fault: NotRequired[str | None]  # an endpoint fault (agents.policy.FAULT_KINDS): "oversized" (cut, kept) or one that failed it
+    fault_reason: NotRequired[str | None]  # failed rollouts: the endpoint's one-line error
 
 
 class VerdictEntry(TypedDict):
@@ -52,6 +54,7 @@ class GradeEntry(TypedDict):
     verifier_reward: NotRequired[float | None]  # the task's verifier, where it has one (calibration)
     hack_flags: NotRequired[list[str]]  # arena.episode.rewards.HACK_FLAGS that fired
     judge_error: NotRequired[str | None]  # why the judge's reply was unusable
+    fault: NotRequired[str | None]  # the endpoint fault that left the rollout without a completion (ungraded)
 
 
 class HintEntry(TypedDict):
@@ -85,6 +88,7 @@ class EpisodeState(TypedDict, total=False):
     guided_messages: list[dict[str, str]]
     guided_completions: list[CompletionEntry]
     guided_grades: list[GradeEntry]
+    hint_error: str | None  # why no hint was written when the teacher's endpoint failed
     # reflect
     reflection: dict[str, Any] | None  # a validated lessons.ops.Reflection, as its model_dump()
     reflection_raw: list[str]
@@ -112,14 +116,29 @@ def completion_entry(c: Completion, latency_s: float) -> CompletionEntry:
         "finish_reason": c.finish_reason,
         "prompt_tokens": c.prompt_tokens,
         "latency_s": latency_s,
+        "fault": c.fault,
     }
+
+
+def failed_entry(kind: str, reason: str, latency_s: float) -> CompletionEntry:
+    """The state entry of a rollout the endpoint never delivered (:class:`agents.policy.EndpointFault`).
+
+    Its text is empty and its finish reason ``"fault"``; grading leaves it ungraded (reward None).
+    """
+    return {"text": "", "token_ids": [], "logprobs": None, "finish_reason": "fault", "prompt_tokens": 0,
+            "latency_s": latency_s, "fault": kind, "fault_reason": reason}
+
+
+def is_failed(e: CompletionEntry) -> bool:
+    """Whether the rollout has no completion because of an endpoint fault."""
+    return e.get("finish_reason") == "fault"
 
 
 def to_completion(e: CompletionEntry) -> Completion:
     """The :class:`agents.policy.Completion` a state entry was made from (latency dropped)."""
     return Completion(
         text=e["text"], token_ids=e["token_ids"], logprobs=e["logprobs"],
-        finish_reason=e["finish_reason"], prompt_tokens=e["prompt_tokens"],
+        finish_reason=e["finish_reason"], prompt_tokens=e["prompt_tokens"], fault=e.get("fault"),
     )
 
 

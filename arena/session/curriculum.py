@@ -36,6 +36,7 @@ from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agents.policy import EndpointFault
 from arena.tasks.curriculum import DifficultyLadder, Rung, draw_at_rung, rung_at, step_tag
 from arena.tasks.extract import extract_answer, normalise_text
 from arena.tasks.model import FamilySpec, Task, TaskError, TaskSplits
@@ -269,7 +270,10 @@ class SessionCurriculum:
             if row.action is None:
                 row = self._decide(unit, row, groups)
             if not row.proposals_done and self.settings.mode == "frontier" and self.settings.proposals > 0 and self.proposer:
-                self._propose(unit, row, groups)
+                try:
+                    self._propose(unit, row, groups)
+                except EndpointFault:  # the proposer's endpoint failed: no proposals this round, the session goes on
+                    pass
                 row = dataclasses.replace(row, proposals_done=True)
             self.steps[(rnd, label)] = row
             done[label] = row

@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agents.policy import Policy
+from agents.policy import EndpointFault, Policy
 from agents.roles.solver import solver_messages
 from arena.config import ConfigError, SessionConfig
 from arena.distill.data import NoTrainingData
@@ -275,10 +275,22 @@ class SessionRun:
         self.eval_once(HELDOUT_BEFORE, True)
         self.evals.adopt_plain(HELDOUT_BEFORE, self.solver.adapter_id)
         self.finished = self.store.finished_episode_keys(self.session_id)
+        self.drop_stored_threads(self.finished)  # a resume after a kill between an episode's write and its deletion
         self.slept = cycle_adapters(self.store, self.session_name) if self.cfg.sleep else {}
         for cycle in range(1, self.cfg.cycles + 1):
             self.run_cycle(cycle)
         self.final_evals()
+        self.drop_stored_threads(self.store.finished_episode_keys(self.session_id))
+
+    def drop_stored_threads(self, episode_keys: set[str]) -> None:
+        """Delete the checkpoint threads of episodes already stored.
+
+        :func:`arena.session.rounds.curate_episode` deletes a thread right after its episode is
+        written; a process killed between the two leaves the thread behind, and a resume skips the
+        stored episode, so nothing else would remove it. Deleting a thread that is gone is a no-op.
+        """
+        for key in sorted(episode_keys):
+            self.checkpointer.delete_thread(f"{self.thread_prefix}/{key}")
 
     def eval_once(self, name: str, with_lessons: bool, heldout: Sequence[Task] | None = None) -> None:
         """Measure and record the held-out evaluation ``name`` of the current solver unless it was stored already.
@@ -506,8 +518,11 @@ def _online_rubrics_update(
 
     keys = list(dict.fromkeys(k.split("-", 1)[1] for k in episode_keys))  # "r001-<task_key>" -> task_key
     tasks = [task_by_key[k] for k in keys if k in task_by_key and task_by_key[k].split == "train"]
-    return update_rubrics(
-        rubric_store, session_id, tasks, episode_keys, roles.teacher, roles.solver,
-        n_reference=min(4, cfg.rollouts), temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-        teacher_max_tokens=cfg.teacher_max_tokens, seed=episode_seed(cfg.seed, episode_keys[-1]),
-    )
+    try:
+        return update_rubrics(
+            rubric_store, session_id, tasks, episode_keys, roles.teacher, roles.solver,
+            n_reference=min(4, cfg.rollouts), temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+            teacher_max_tokens=cfg.teacher_max_tokens, seed=episode_seed(cfg.seed, episode_keys[-1]),
+        )
+    except EndpointFault:  # an endpoint failed mid-update: no update this time, the session goes on
+        return []

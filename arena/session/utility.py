@@ -23,7 +23,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agents.policy import Policy
+from agents.policy import EndpointFault, Policy
 from agents.roles.solver import LessonView, render_lessons, solver_messages
 from arena.stats import paired_difference_interval
 from arena.tasks.extract import extract_answer
@@ -154,7 +154,10 @@ def run_utility_check(
         if not pool:
             continue
         tasks = rng.sample(pool, min(settings.tasks, len(pool)))
-        res = measure_lesson(store, solver, les, tasks, settings, seed=rng.randrange(2**31))
+        try:
+            res = measure_lesson(store, solver, les, tasks, settings, seed=rng.randrange(2**31))
+        except EndpointFault:  # the solver's endpoint failed: this lesson stays unmeasured, the session goes on
+            continue
         with store.curate() as c:
             c.record_utility(
                 les.lesson_id,

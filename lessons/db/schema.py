@@ -251,6 +251,7 @@ class RolloutRow(Base):
     verifier_reward: Mapped[float | None] = mapped_column(Float)  # tasks with a verifier and a rubric: the verifier's reward
     hack_flags: Mapped[list[Any] | None] = mapped_column(JSON())  # reward-hack flags, e.g. ["verifier_disagrees"]; [] or NULL: none
     adapter_id: Mapped[str | None] = mapped_column(String(50))  # readable id of the LoRA adapter that sampled it; NULL: the base model
+    fault: Mapped[str | None] = mapped_column(String(30))  # endpoint fault kind ("empty_choices", ..., "oversized"); NULL: none
 
     episode: Mapped[EpisodeRow] = relationship(back_populates="rollouts")
 

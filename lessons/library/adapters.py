@@ -119,7 +119,8 @@ class AdapterStore:
         """Every rollout of the session's train tasks, in recording order.
 
         Held-out tasks never appear here (they are not run through episodes, and the query
-        keeps ``split == "train"`` anyway).
+        keeps ``split == "train"`` anyway), nor do rollouts an endpoint fault left without a
+        completion (finish reason ``fault``, reward NULL).
 
         Raises:
             StoreError: no session called ``session``.
@@ -134,7 +135,7 @@ class AdapterStore:
                 .join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
                 .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
                 .outerjoin(HintRow, RolloutRow.hint_id == HintRow.id)
-                .where(EpisodeRow.session_id == sid, TaskRow.split == "train")
+                .where(EpisodeRow.session_id == sid, TaskRow.split == "train", RolloutRow.finish_reason != "fault")
                 .order_by(RolloutRow.id)
             ).all()
             return [

@@ -90,6 +90,8 @@ def _insert_episode(
             logprobs=list(r.logprobs) if r.logprobs is not None else None,
             unguided_messages=[dict(m) for m in r.unguided_messages] if r.unguided_messages else None,
             adapter_id=rec.adapter_id,
+            fault=r.fault,
+            grading_status="ungraded" if r.fault and r.reward is None else None,
         )
         for r in rec.rollouts
     ]

@@ -142,6 +142,27 @@ class EvaluationRepository(Repository):
             "reflections_failed": failed,
         }
 
+    def fault_counts(self, session_id: int) -> dict[str, int]:
+        """Endpoint faults of a session by kind: its rollouts' ``fault`` plus its evaluations' ``details["faults"]``.
+
+        Returns:
+            kind -> count (rollouts that failed or were cut, held-out tasks that failed), kinds sorted; ``{}`` if none.
+        """
+        counts: dict[str, int] = {}
+        q = (
+            select(RolloutRow.fault, func.count(RolloutRow.id))
+            .join(EpisodeRow)
+            .where(EpisodeRow.session_id == session_id, RolloutRow.fault.is_not(None))
+            .group_by(RolloutRow.fault)
+        )
+        with self.read() as s:
+            for kind, n in s.execute(q):
+                counts[kind] = counts.get(kind, 0) + int(n)
+            for details in s.scalars(select(EvaluationRow.details).where(EvaluationRow.session_id == session_id)):
+                for kind, n in ((details or {}).get("faults") or {}).items():
+                    counts[kind] = counts.get(kind, 0) + int(n)
+        return dict(sorted(counts.items()))
+
     def rollouts_by_round(self, session_id: int) -> dict[int, int]:
         """Stored rollouts (unguided and guided) of the session per round: the rollout budget spent."""
         q = (

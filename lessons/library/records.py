@@ -55,6 +55,7 @@ class RolloutRecord:
     token_ids: list[int] | None = None  # completion token ids (T,), where the backend exposes them
     logprobs: list[float] | None = None  # sampling log-probs (T,) under ``messages``, where exposed
     unguided_messages: list[dict[str, str]] | None = None  # guided only: the same chat without the hint
+    fault: str | None = None  # endpoint fault kind: the rollout failed (no completion, reward None) or was cut ("oversized")
 
 
 @dataclass
