@@ -1,11 +1,14 @@
 """Fixtures of the arena tests (tests/arena/).
 
-Plain helpers live beside them: ``cli_helpers`` (the CLI in a subprocess), ``rubric_scripts`` (the
+Plain helpers live beside them: ``cli_helpers`` (the CLI in a subprocess), ``session_scripts`` (a finished
+session on the tiny model, scripted solver/teacher replies), ``rubric_scripts`` (the
 scripted rubric session) and, for every package, ``tiny_llama`` (tiny random checkpoints).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,3 +48,19 @@ def rubric_roles() -> Roles:
     import rubric_scripts  # imports the episode graph: only for the tests that ask
 
     return rubric_scripts.roles()
+
+
+@pytest.fixture
+def arena_inproc(capfd, monkeypatch):
+    """`arena ARGS` through the console-script entry point in this process (no import cost per call)."""
+    from arena import cli
+
+    def run(*args):
+        capfd.readouterr()  # drop what the test itself printed before
+        monkeypatch.setattr(sys, "argv", ["arena", *args])
+        with pytest.raises(SystemExit) as exc:
+            cli.main()
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(args, exc.value.code, out, err)
+
+    return run

@@ -13,6 +13,7 @@ import re
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from session_scripts import solver_responder, teacher_responder, write_tasks
 
 from agents.backends.fake import FakePolicy
 from agents.backends.local import LocalPolicy
@@ -24,22 +25,6 @@ from arena.tasks.sources import load_tasks
 from lessons.library.adapters import AdapterStore
 from lessons.library.store import LessonStore
 from lessons.outcomes import eval_name
-
-
-def write_tasks(path, n=8):
-    path.write_text("".join(json.dumps({"question": f"What is {i} + {i + 1}?", "answer": str(2 * i + 1)}) + "\n"
-                            for i in range(n)))
-    return path
-
-
-def solver_responder(messages, i):
-    """Rollouts 0 and 1 answer correctly."""
-    a, b = map(int, re.findall(r"\d+", messages[-1]["content"])[-2:])
-    return f"{a} + {b} = {a + b} <answer>{a + b if i < 2 else a + b + 1}</answer>"
-
-
-def teacher_responder(messages, i):
-    return json.dumps({"analysis": "ok", "add": [], "tags": []})
 
 
 @pytest.fixture

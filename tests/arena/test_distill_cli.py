@@ -15,15 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from session_scripts import make_session
 from tiny_llama import make_tiny
 
-from agents.roles.solver import LessonView, render_lessons, solver_messages
 from arena.config import SessionConfig
-from arena.tasks.sources import load_tasks
-from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
-from lessons.ops import AddOp, Reflection
-
-LESSON = "Add the numbers from left to right, keeping the sign of each term."
+from lessons.library.store import LessonStore
 
 
 def arena(*args, cwd=None):
@@ -31,22 +27,6 @@ def arena(*args, cwd=None):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, env=env, cwd=cwd,
                           timeout=300)
-
-
-@pytest.fixture
-def arena_inproc(capfd, monkeypatch):
-    """`arena ARGS` through the console-script entry point in this process (no import cost per call)."""
-    from arena import cli
-
-    def run(*args):
-        capfd.readouterr()  # drop what the test itself printed before
-        monkeypatch.setattr(sys, "argv", ["arena", *args])
-        with pytest.raises(SystemExit) as exc:
-            cli.main()
-        out, err = capfd.readouterr()
-        return subprocess.CompletedProcess(args, exc.value.code, out, err)
-
-    return run
 
 
 def assert_one_line_error(proc, *fragments):
@@ -57,39 +37,6 @@ def assert_one_line_error(proc, *fragments):
     for f in fragments:
         assert f in lines[0], lines[0]
     assert proc.stdout == ""
-
-
-def make_session(db: Path, tiny: Path, name: str = "demo", successes: bool = True) -> None:
-    """A finished-looking session: 2 train tasks (one episode each), 4 held-out tasks, one lesson."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny)
-    cfg = SessionConfig(db=str(db), train_tasks=2, heldout_tasks=4, session=name)
-    splits = load_tasks(cfg.families, None, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
-    store = LessonStore(str(db))
-    sid = store.create_session(name, cfg.model_dump(mode="json"), 0)
-    store.upsert_tasks(sid, [*splits.train, *splits.heldout])
-    for i, task in enumerate(splits.train):
-        lesson_ids = [les.lesson_id for les in store.live_lessons(task.family)]
-        section = render_lessons([LessonView(lid, LESSON) for lid in lesson_ids], 512, lambda s: len(s.split()))[0]
-        msgs = solver_messages(task.question, section)
-        good = tok(f"<answer>{task.answer}</answer>", add_special_tokens=False)["input_ids"]
-        bad = tok("<answer>0</answer>", add_special_tokens=False)["input_ids"]
-        guided = [dict(m) for m in msgs]
-        guided[-1]["content"] += f"\n\nHint:\nThe answer is {task.answer}."
-
-        def roll(idx, ids, reward, is_guided=False, msgs=msgs, guided=guided):
-            return RolloutRecord(idx, guided if is_guided else msgs, tok.decode(ids), None, reward, "c", 50, len(ids),
-                                 "stop", 0.1, guided=is_guided, token_ids=ids, logprobs=[-0.5] * len(ids),
-                                 unguided_messages=msgs if is_guided else None)
-
-        rollouts = [roll(0, good if successes else bad, 1.0 if successes else 0.0), roll(1, bad, 0.0),
-                    roll(2, good if successes else bad, 1.0 if successes else 0.0, True)]
-        refl = Reflection(analysis="a", add=[AddOp(text=LESSON, scope=task.family, rationale="r")]) if i == 0 else None
-        store.record_episode(EpisodeRecord(sid, f"r001-{task.task_key}", 1, task.task_key, msgs[0]["content"],
-                                           lesson_ids, rollouts, refl))
-    store.set_session_status(sid, "finished")
-    store.close()
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_distill_cli import arena_inproc, assert_one_line_error, make_session  # noqa: F401 - arena_inproc: a fixture
+from cli_helpers import assert_one_line_error
+from session_scripts import make_session
 
 from arena.distill.data import BadTrainingData, RLExample, build_rl_dataset, require_rl_examples, rescore_old_logprobs
 from arena.distill.losses import (
@@ -317,7 +318,7 @@ def test_distill_rescores_pi_old_under_the_adapter_that_sampled(db, tiny, tmp_pa
 
 def test_wake_sleep_cycles_with_a_grpo_sleep(tmp_path, tiny):
     from langgraph.checkpoint.memory import InMemorySaver
-    from test_cycles import solver_responder, teacher_responder, write_tasks
+    from session_scripts import solver_responder, teacher_responder, write_tasks
 
     from agents.backends.fake import FakePolicy
     from arena.config import SessionConfig

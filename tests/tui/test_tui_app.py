@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from lesson_texts import DISTINCT_LESSONS
 from rich.console import Console
-from test_tui_data import add_adapter_tables
 from textual.widgets import DataTable, Input, Static, TextArea
+from tui_fixture import add_adapter_tables, settle
 
 from lessons.library.curation import Provenance
 from lessons.library.store import LessonStore
@@ -26,18 +26,6 @@ from tui.screens.sessions import SessionsScreen
 
 SIZE = (140, 40)
 pytestmark = pytest.mark.anyio  # async tests run by anyio's pytest plugin (asyncio backend)
-
-
-async def settle(pilot) -> None:
-    """Let workers finish, their call_from_thread updates land, and widgets lay out on idle
-    (DataTable sizes its columns in an idle handler)."""
-    quiet = 0
-    for _ in range(200):  # until no worker has run for 3 rounds in a row (at most ~10 s on a loaded machine)
-        await pilot.pause(0.02)
-        busy = any(not w.is_finished for w in pilot.app.workers if w.group != "poll")
-        quiet = 0 if busy else quiet + 1
-        if quiet >= 3:
-            break
 
 
 def rows(app) -> list[list[str]]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import tui_fixture
+from tui_fixture import add_adapter_tables
 
 from lessons.library.curation import CurationError, Provenance
 from lessons.library.read_models import ArenaData, DatabaseProblem, open_store
@@ -18,41 +19,6 @@ def data(fx: Path):
     d = ArenaData(open_store(fx))
     yield d
     d.store.close()
-
-
-def add_adapter_tables(path: Path, with_rows: bool = True) -> None:
-    """Adapter rows as `arena distill` writes them (issue 5); the tables exist since migration 0005 and are
-    created here with plain SQL in that shape only for an older database."""
-    with sqlite3.connect(path) as conn:
-        conn.executescript(
-            """
-            CREATE TABLE IF NOT EXISTS adapters (
-                id INTEGER PRIMARY KEY, adapter_id VARCHAR(50) UNIQUE NOT NULL, path TEXT NOT NULL,
-                base_model VARCHAR(100) NOT NULL, objective VARCHAR(30) NOT NULL, session_id INTEGER,
-                config JSON NOT NULL, data JSON NOT NULL, metrics JSON NOT NULL, eval JSON NOT NULL,
-                created_at DATETIME NOT NULL);
-            CREATE TABLE IF NOT EXISTS adapter_lessons (
-                id INTEGER PRIMARY KEY, adapter_id INTEGER NOT NULL REFERENCES adapters(id) ON DELETE CASCADE,
-                lesson_id INTEGER NOT NULL REFERENCES lessons(id) ON DELETE CASCADE, relation VARCHAR(20) NOT NULL);
-            """
-        )
-        if with_rows:
-            ev = (
-                '{"base": {"pass_at_1": 0.25, "n": 32, "passes": 8, "ci95": [0.133, 0.421]}, '
-                '"base_lessons": {"pass_at_1": 0.3125, "n": 32, "passes": 10, "ci95": [0.18, 0.486]}, '
-                '"adapter": {"pass_at_1": 0.5, "n": 32, "passes": 16, "ci95": [0.336, 0.664]}, '
-                '"adapter_lessons": {"pass_at_1": 0.46875, "n": 32, "passes": 15, "ci95": [0.309, 0.635]}, '
-                '"heldout_tasks": 32, "distilled": ["chain_sum-00001"]}'
-            )
-            conn.execute(
-                "INSERT INTO adapters (id, adapter_id, path, base_model, objective, session_id, config, data, metrics, eval, "
-                "created_at) VALUES (1, 'adapter-0001', '/runs/adapters/adapter-0001', 'smollm2@abc', "
-                "'guided', 1, '{\"r\": 16}', '{}', '{\"steps\": 120, \"final_loss\": 0.4321, \"tokens_per_s\": 310.5}', "
-                "?, '2025-03-14 10:00:00.000000')",
-                (ev,),
-            )
-            conn.execute("INSERT INTO adapter_lessons VALUES (1, 1, 1, 'in_context')")
-            conn.execute("INSERT INTO adapter_lessons VALUES (2, 1, 1, 'distilled')")
 
 
 # --------------------------------------------------------------------------- opening

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import tui_fixture
-from test_tui_app import settle
-from test_tui_data import add_adapter_tables
+from tui_fixture import add_adapter_tables, settle
 
 from tui.app import ArenaApp
 

@@ -147,3 +147,50 @@ def pin_timestamps(path: Path) -> None:
         for (lid,) in conn.execute("SELECT id FROM lessons").fetchall():
             first = conn.execute("SELECT min(created_at), max(created_at) FROM lesson_events WHERE lesson_id = ?", (lid,)).fetchone()
             conn.execute("UPDATE lessons SET created_at = ?, updated_at = ? WHERE id = ?", (first[0], first[1], lid))
+
+
+def add_adapter_tables(path: Path, with_rows: bool = True) -> None:
+    """Adapter rows as `arena distill` writes them (issue 5); the tables exist since migration 0005 and are
+    created here with plain SQL in that shape only for an older database."""
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS adapters (
+                id INTEGER PRIMARY KEY, adapter_id VARCHAR(50) UNIQUE NOT NULL, path TEXT NOT NULL,
+                base_model VARCHAR(100) NOT NULL, objective VARCHAR(30) NOT NULL, session_id INTEGER,
+                config JSON NOT NULL, data JSON NOT NULL, metrics JSON NOT NULL, eval JSON NOT NULL,
+                created_at DATETIME NOT NULL);
+            CREATE TABLE IF NOT EXISTS adapter_lessons (
+                id INTEGER PRIMARY KEY, adapter_id INTEGER NOT NULL REFERENCES adapters(id) ON DELETE CASCADE,
+                lesson_id INTEGER NOT NULL REFERENCES lessons(id) ON DELETE CASCADE, relation VARCHAR(20) NOT NULL);
+            """
+        )
+        if with_rows:
+            ev = (
+                '{"base": {"pass_at_1": 0.25, "n": 32, "passes": 8, "ci95": [0.133, 0.421]}, '
+                '"base_lessons": {"pass_at_1": 0.3125, "n": 32, "passes": 10, "ci95": [0.18, 0.486]}, '
+                '"adapter": {"pass_at_1": 0.5, "n": 32, "passes": 16, "ci95": [0.336, 0.664]}, '
+                '"adapter_lessons": {"pass_at_1": 0.46875, "n": 32, "passes": 15, "ci95": [0.309, 0.635]}, '
+                '"heldout_tasks": 32, "distilled": ["chain_sum-00001"]}'
+            )
+            conn.execute(
+                "INSERT INTO adapters (id, adapter_id, path, base_model, objective, session_id, config, data, metrics, eval, "
+                "created_at) VALUES (1, 'adapter-0001', '/runs/adapters/adapter-0001', 'smollm2@abc', "
+                "'guided', 1, '{\"r\": 16}', '{}', '{\"steps\": 120, \"final_loss\": 0.4321, \"tokens_per_s\": 310.5}', "
+                "?, '2025-03-14 10:00:00.000000')",
+                (ev,),
+            )
+            conn.execute("INSERT INTO adapter_lessons VALUES (1, 1, 1, 'in_context')")
+            conn.execute("INSERT INTO adapter_lessons VALUES (2, 1, 1, 'distilled')")
+
+
+async def settle(pilot) -> None:
+    """Let workers finish, their call_from_thread updates land, and widgets lay out on idle
+    (DataTable sizes its columns in an idle handler)."""
+    quiet = 0
+    for _ in range(200):  # until no worker has run for 3 rounds in a row (at most ~10 s on a loaded machine)
+        await pilot.pause(0.02)
+        busy = any(not w.is_finished for w in pilot.app.workers if w.group != "poll")
+        quiet = 0 if busy else quiet + 1
+        if quiet >= 3:
+            break
