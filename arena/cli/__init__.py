@@ -18,7 +18,7 @@ import sys
 import typer
 
 from arena.cli import bench, critic, distill, lessons, run, tui
-from arena.cli.support import EXIT_INTERRUPTED, EXIT_USER_ERROR
+from arena.cli.support import EXIT_INTERRUPTED, EXIT_USER_ERROR, exit_now
 
 app = typer.Typer(
     name="arena",
@@ -48,11 +48,15 @@ def main() -> None:
     """Console-script entry point: usage errors are one line on stderr too (exit 2)."""
     try:
         rc = app(standalone_mode=False)  # returns the exit code of typer.Exit instead of exiting
+        if rc == EXIT_INTERRUPTED:
+            exit_now(EXIT_INTERRUPTED)
         sys.exit(rc if isinstance(rc, int) else 0)
     except typer.Exit as e:
+        if e.exit_code == EXIT_INTERRUPTED:
+            exit_now(EXIT_INTERRUPTED)
         sys.exit(e.exit_code)
     except typer.Abort:
-        sys.exit(EXIT_INTERRUPTED)
+        exit_now(EXIT_INTERRUPTED)
     except typer.TyperException as e:  # usage errors: bad or missing option values, unknown options
         text = e.format_message() if hasattr(e, "format_message") else str(e)
         cmd = f" (see `arena {' '.join(sys.argv[1:2])} --help`)" if len(sys.argv) > 1 else ""

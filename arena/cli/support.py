@@ -28,6 +28,23 @@ def fail(message: str, code: int = EXIT_USER_ERROR) -> typer.Exit:
     return typer.Exit(code)
 
 
+def exit_now(code: int) -> None:
+    """Exit at once with ``code``, skipping interpreter finalization (after Ctrl-C or SIGTERM).
+
+    A local model's decoder thread may be inside a torch kernel when the session is
+    interrupted; finalizing the interpreter under it aborts the process from C++
+    ("terminate called without an active exception", SIGABRT) instead of exiting with the
+    interrupt's code. Everything the session wrote is committed by then (each episode and
+    checkpoint is its own transaction), so only the buffered output is flushed.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say on it
+            pass
+    os._exit(code)
+
+
 def quiet_libraries() -> None:
     """Keep library chatter (conversion progress bars, generation warnings) off the user's terminal."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

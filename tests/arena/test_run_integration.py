@@ -61,3 +61,38 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path):
             rewards.append(rollout.reward)
     assert len(rewards) == 6  # mean_reward is over the unguided rollouts
     assert summary["mean_reward"] == pytest.approx(sum(rewards) / len(rewards), abs=1e-4)
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_exits_with_its_code_not_an_abort(tmp_path, sig):
+    """Ctrl-C / kill during a session: one resume line, exit 130, no C++ abort from the decoder thread.
+
+    Found by a new user: interpreter finalization under a decoder thread that was inside a torch
+    kernel printed "terminate called without an active exception" and died of SIGABRT."""
+    import signal
+    import sqlite3
+    import time
+
+    db = tmp_path / "arena.db"
+    proc = subprocess.Popen([sys.executable, "-m", "arena.cli", "run", "--db", str(db), "--family", FAMILY,
+                             "--train-tasks", "4", "--heldout-tasks", "8", "--rounds", "2", "--session", "cut"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:  # until the session row exists
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as conn:
+                    if conn.execute("SELECT 1 FROM sessions WHERE name = 'cut'").fetchone():
+                        break
+            except sqlite3.OperationalError:  # the schema is still being created
+                pass
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(2)  # into the held-out evaluation: the decoder thread is busy
+    proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "terminate called" not in err
+    assert err.strip().splitlines()[-1] == f"arena: error: interrupted; continue with: arena run --db {db} --resume cut"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status FROM sessions WHERE name = 'cut'").fetchone() == ("interrupted",)
