@@ -288,3 +288,17 @@ def iter_offenders(root: Path = REPO) -> Iterator[str]:
 
 if __name__ == "__main__":
     print("\n".join(iter_offenders()) or "no offenders")
+
+
+def test_no_test_module_imports_another():
+    """Shared fixtures live in conftests and shared helpers in helper modules, never in a test module
+    (importing one runs its tests' module set-up twice and ties the suites together)."""
+    tests_dir = Path(__file__).resolve().parent
+    offenders = []
+    for path in sorted(tests_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            offenders += [f"{path.relative_to(tests_dir)}: {n}" for n in names
+                          if n.split(".")[-1].startswith("test_") or n.startswith("tests.")]
+    assert offenders == []
