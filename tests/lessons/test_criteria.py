@@ -1,8 +1,10 @@
 """lessons.criteria: the one parser of a RaR criterion's category (judge role and rubric store)."""
 
+import re
+
 import pytest
 
-from lessons.criteria import CATEGORIES, criterion_body, criterion_category
+from lessons.criteria import CATEGORIES, Criterion, criterion_body, criterion_category
 
 
 @pytest.mark.parametrize(
@@ -28,5 +30,8 @@ def test_criterion_body_strips_the_prefix_only():
 
 def test_judge_role_and_rubric_store_share_the_parser():
     from agents.roles import rubric as role
+    from lessons.library import rubrics as store
 
-    assert role.criterion_category is criterion_category and role.criterion_body is criterion_body
+    assert role.Criterion is Criterion  # the judge validates criteria with the shared model, which parses here
+    assert not any(isinstance(v, re.Pattern) and "pitfall" in v.pattern for v in vars(role).values())  # no own parser
+    assert store.criterion_category is criterion_category

@@ -73,4 +73,18 @@ def test_every_read_is_recorded(today_reads):
 
 @pytest.mark.parametrize("read", sorted(EXPECTED))
 def test_read_matches_the_code_before_the_redesign(today_reads, read):
-    assert today_reads[read] == EXPECTED[read]
+    assert _without_added_fields(read, today_reads[read]) == EXPECTED[read]
+
+
+# Fields a read gained after the fixture was written: new data about the same rows, not a difference in them.
+ADDED_FIELDS = {
+    "training_rollouts": {"episode_id"},  # the episode of each rollout (GRPO's groups), issue 15
+}
+
+
+def _without_added_fields(read: str, value: Any) -> Any:
+    """``value`` with the fields in :data:`ADDED_FIELDS` for this read dropped from each record."""
+    added = next((f for name, f in ADDED_FIELDS.items() if read.endswith(f": {name}")), set())
+    if not added or not isinstance(value, list):
+        return value
+    return [{k: v for k, v in row.items() if k not in added} if isinstance(row, dict) else row for row in value]
