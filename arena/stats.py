@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from lessons.outcomes import count_passes
+
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     """95% Wilson score interval for a binomial proportion (Wilson 1927).
@@ -42,8 +44,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def mean_pass_at_k(groups: Sequence[Sequence[float]], k: int, threshold: float = 1.0) -> float:
-    """Mean pass@k over groups of rewards (a rollout passes when its reward ≥ ``threshold``)."""
-    vals = [pass_at_k(len(g), sum(r >= threshold - 1e-9 for r in g), k) for g in groups if len(g) >= k]
+    """Mean pass@k over groups of rewards (a rollout passes as :func:`lessons.outcomes.passes` says)."""
+    vals = [pass_at_k(len(g), count_passes(g, threshold), k) for g in groups if len(g) >= k]
     return sum(vals) / len(vals) if vals else 0.0
 
 

@@ -279,6 +279,33 @@ def _progress(console: Any | None, steps: int) -> tuple[Any | None, Any]:
 
 
 
+def _optimizer_step(params: list, opt: Any, sched: Any, cfg: TrainConfig) -> None:
+    """One optimizer step on the accumulated gradients: clip to ``cfg.max_grad_norm`` (0: off), step, schedule, zero."""
+    if cfg.max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def _record_step(result: TrainResult, step: int, step_loss: float, progress: Any | None, bar: Any, t0: float) -> None:
+    """Append a finished step's loss to ``result`` and show it (with tokens/s so far) on the progress bar."""
+    result.losses.append(step_loss)
+    result.steps = step + 1
+    if progress is not None:
+        tok_s = result.tokens / max(1e-9, time.perf_counter() - t0)
+        progress.update(bar, advance=1, status=f"loss {step_loss:.4f}  {tok_s:,.0f} tok/s")
+
+
+def _finish(peft_model: Any, result: TrainResult, t0: float) -> tuple[Any, TrainResult]:
+    """The run's totals (wall time, tokens/s, first and final loss) and the model in eval mode."""
+    result.wall_s = time.perf_counter() - t0
+    result.tokens_per_s = result.tokens / max(1e-9, result.wall_s)
+    result.first_loss, result.final_loss = result.losses[0], result.losses[-1]
+    peft_model.eval()
+    return peft_model, result
+
+
 def train(
     model: Any,
     tokenizer: Any,
@@ -348,24 +375,12 @@ def train(
                 step_loss += loss_value
                 result.tokens += int(batch["attention_mask"].sum())
                 result.completion_tokens += int(batch["target_mask"].sum())
-            if cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            result.losses.append(step_loss)
-            result.steps = step + 1
-            if progress is not None:
-                tok_s = result.tokens / max(1e-9, time.perf_counter() - t0)
-                progress.update(bar, advance=1, status=f"loss {step_loss:.4f}  {tok_s:,.0f} tok/s")
+            _optimizer_step(params, opt, sched, cfg)
+            _record_step(result, step, step_loss, progress, bar, t0)
     finally:
         if progress is not None:
             progress.stop()
-    result.wall_s = time.perf_counter() - t0
-    result.tokens_per_s = result.tokens / max(1e-9, result.wall_s)
-    result.first_loss, result.final_loss = result.losses[0], result.losses[-1]
-    peft_model.eval()
-    return peft_model, result
+    return _finish(peft_model, result, t0)
 
 
 # --------------------------------------------------------------------------- policy-gradient objectives (grpo, guide-grpo)
@@ -539,23 +554,11 @@ def train_rl(
                 result.clipped += stats["clipped"]
                 result.tokens += int(batch["attention_mask"].sum())
                 result.completion_tokens += int(tm.sum())
-            if cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            result.losses.append(step_loss)
+            _optimizer_step(params, opt, sched, cfg)
             if cfg.kl_coef > 0:
                 result.kl.append(step_kl / n_step)
-            result.steps = step + 1
-            if progress is not None:
-                tok_s = result.tokens / max(1e-9, time.perf_counter() - t0)
-                progress.update(bar, advance=1, status=f"loss {step_loss:.4f}  {tok_s:,.0f} tok/s")
+            _record_step(result, step, step_loss, progress, bar, t0)
     finally:
         if progress is not None:
             progress.stop()
-    result.wall_s = time.perf_counter() - t0
-    result.tokens_per_s = result.tokens / max(1e-9, result.wall_s)
-    result.first_loss, result.final_loss = result.losses[0], result.losses[-1]
-    peft_model.eval()
-    return peft_model, result
+    return _finish(peft_model, result, t0)
