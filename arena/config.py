@@ -84,6 +84,7 @@ class SessionConfig(BaseModel):
     sleep_lr: float = 5e-4  # peak learning rate of a sleep (AdamW, warm-up then cosine)
     sleep_min_examples: int = 16  # a sleep with fewer training examples is refused (it could only move style)
     sleep_min_guided_log_ratio: float = -1.0  # guided successes below this mean log-ratio (nats/token) are not trained
+    sleep_kl_coef: float = 0.0  # grpo / guide-grpo sleeps: β of the per-token KL to the base model (0: none, as Guide)
 
     @field_validator("tasks_file")
     @classmethod
@@ -217,6 +218,11 @@ class SessionConfig(BaseModel):
             raise ValueError(f"--sleep-min-examples must be >= 1, got {self.sleep_min_examples}")
         if math.isnan(self.sleep_min_guided_log_ratio) or self.sleep_min_guided_log_ratio > 0:
             raise ValueError(f"--sleep-min-guided-log-ratio must be <= 0 nats per token, got {self.sleep_min_guided_log_ratio}")
+        if not (math.isfinite(self.sleep_kl_coef) and self.sleep_kl_coef >= 0.0):
+            raise ValueError(f"--sleep-kl-coef must be a finite number >= 0, got {self.sleep_kl_coef}")
+        if self.sleep_kl_coef > 0 and self.sleep not in ("grpo", "guide-grpo"):
+            raise ValueError(f"--sleep-kl-coef applies to the sleep objectives grpo and guide-grpo, not {self.sleep}; "
+                             "drop it or pass --sleep-objective grpo")
         if self.sleep is None:
             if self.sleep_from == "previous":
                 raise ValueError("--sleep-from previous needs a sleep: pass --sleep-objective OBJ or --cycles 2 or more")

@@ -1,4 +1,4 @@
-"""`arena bench learning`: does the loop make the solver better? Six conditions at one rollout budget.
+"""`arena bench learning`: does the loop make the solver better? Nine conditions at one rollout budget.
 
 Every condition runs on the same train tasks, seeds and held-out tasks, each in its own library
 (``<out>/<condition>.db``), in this process one after the other:
@@ -8,6 +8,12 @@ Every condition runs on the same train tasks, seeds and held-out tasks, each in 
 - ``sft``: STaR — rejection-sampling SFT on unguided successes, no lessons, no hints, iterated per cycle;
 - ``distill``: today's objective in cycles — hints, no lessons in context, sleep objective ``distill``
   (``sft`` and ``distill`` learn in weights only: no teacher reflection, ``--no-reflect``);
+- ``grpo``: GRPO on every unguided rollout (failures too), no hints, no lessons: Guide's ablation;
+- ``guide-grpo``: Guide (Nath et al. 2025): GRPO plus hint-guided re-attempts of all-fail groups,
+  trained under the unguided context with the shaped importance ratio; no lessons;
+- ``opcd``: on-policy context distillation: the wake writes lessons and hints, the sleep trains the
+  adapter, sampling without them, toward the base model with them in context (reverse KL);
+  the three on-policy objectives continue the previous cycle's adapter (``--sleep-from previous``);
 - ``loop``: the full loop — lessons (utility-gated), hints, cycles, the default sleep objective;
   ``loop`` against ``distill`` is what lessons add on top of the weights;
 - ``oracle``: a LoRA trained on reference answers of the same train tasks with the same
@@ -36,7 +42,9 @@ from typing import Any
 from arena.config import DEFAULT_FAMILY, SessionConfig
 from lessons.outcomes import HELDOUT_AFTER, HELDOUT_BEFORE, eval_name
 
-CONDITIONS = ("base", "lessons", "sft", "distill", "loop", "oracle")
+CONDITIONS = ("base", "lessons", "sft", "distill", "grpo", "guide-grpo", "opcd", "loop", "oracle")
+# on-policy objectives: each sleep continues the adapter that sampled the cycle's rollouts
+ON_POLICY = ("grpo", "guide-grpo", "opcd")
 
 
 class LearningBenchError(ValueError):
@@ -114,6 +122,15 @@ def session_config(name: str, bcfg: LearningBenchConfig, db: Path) -> SessionCon
     if name == "distill":
         return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, lesson_tokens=0, utility_every=0,
                              reflect=False, sleep_objective="distill")
+    # with one cycle the previous policy is the base: --sleep-from base trains the same thing
+    on_policy = {"sleep_from": "previous"} if bcfg.cycles > 1 else {}
+    if name in ("grpo", "guide-grpo"):
+        return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, lesson_tokens=0, utility_every=0,
+                             reflect=False, sleep_objective=name, **on_policy,
+                             **({"hint_modes": []} if name == "grpo" else {}))
+    if name == "opcd":
+        return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, utility_every=bcfg.utility_every,
+                             sleep_objective="opcd", **on_policy)
     if name == "loop":
         return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, utility_every=bcfg.utility_every,
                              **({"sleep_objective": "distill"} if bcfg.cycles == 1 else {}))

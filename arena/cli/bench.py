@@ -111,21 +111,21 @@ def bench_rollouts(
 def bench_learning(
     out: Annotated[Path, typer.Option(help="Directory for the condition libraries, learning.json and learning.png.")] = Path("bench-learning"),
     quick: Annotated[bool, typer.Option("--quick", help="A tiny run of every condition (minutes): what the test suite runs.")] = False,
-    condition: Annotated[Optional[list[str]], typer.Option("--condition", help="base, lessons, sft, distill, loop, oracle (repeatable; default all).")] = None,
+    condition: Annotated[Optional[list[str]], typer.Option("--condition", help="base, lessons, sft, distill, grpo, guide-grpo, opcd, loop, oracle (repeatable or comma-separated; default all).")] = None,
     family: Annotated[Optional[str], typer.Option(help="reasoning-gym spec of the tasks (default: the default family).")] = None,
     train_tasks: Annotated[Optional[int], typer.Option(help="Train tasks (default 32; --quick 4).")] = None,
-    heldout_tasks: Annotated[Optional[int], typer.Option(help="Held-out tasks of greedy pass@1 (default 128; --quick 6).")] = None,
+    heldout_tasks: Annotated[Optional[int], typer.Option(help="Held-out tasks of greedy pass@1 (default 128; --quick 4).")] = None,
     rollouts: Annotated[Optional[int], typer.Option(help="Group size k (default 8; --quick 4).")] = None,
     rounds: Annotated[Optional[int], typer.Option(help="Wake rounds per cycle (default 1).")] = None,
     cycles: Annotated[Optional[int], typer.Option(help="Wake–sleep cycles (default 2; --quick 1).")] = None,
-    sleep_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per sleep and of the oracle (default 40; --quick 2).")] = None,
+    sleep_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per sleep and of the oracle (default 40; --quick 1).")] = None,
     sleep_lr: Annotated[Optional[float], typer.Option(help="Peak learning rate of a sleep (default 5e-4).")] = None,
-    utility_every: Annotated[Optional[int], typer.Option(help="Utility A/B every N episodes in lessons and loop (default 16; --quick off).")] = None,
+    utility_every: Annotated[Optional[int], typer.Option(help="Utility A/B every N episodes in lessons and loop (default 32; --quick off).")] = None,
     pass_k_tasks: Annotated[Optional[int], typer.Option(help="Held-out tasks of the sampled pass@1 / pass@k (default 32).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of task draws and sampling.")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
-    """Does the loop make the solver better? base, lessons, sft, distill, loop and the oracle ceiling at one rollout budget."""
+    """Does the loop make the solver better? base, lessons, sft, distill, grpo, guide-grpo, opcd, loop and the oracle ceiling at one rollout budget."""
     quiet_libraries()
     from agents.policy import PolicyError
     from arena.bench.learning import CONDITIONS, LearningBenchConfig, LearningBenchError, run_learning_bench

@@ -76,6 +76,7 @@ def run(
     sleep_lr: Annotated[float, typer.Option(help="Peak learning rate of a sleep.")] = 5e-4,
     sleep_min_examples: Annotated[int, typer.Option(help="Refuse a sleep with fewer training examples than this.")] = 16,
     sleep_min_guided_log_ratio: Annotated[float, typer.Option(help="Guided successes whose mean log π(y|x) − log π_old(y|x,hint) is below this (nats/token) are not trained.")] = -1.0,
+    sleep_kl_coef: Annotated[float, typer.Option(help="grpo / guide-grpo sleeps: β of the per-token KL to the base model (adapter disabled); 0: none, as Guide.")] = 0.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -125,6 +126,7 @@ def run(
                 concurrency=concurrency, reflect=reflect, cycles=cycles, sleep_objective=sleep_objective, sleep_from=sleep_from,
                 sleep_epochs=sleep_epochs, sleep_steps=sleep_steps, sleep_lr=sleep_lr,
                 sleep_min_examples=sleep_min_examples, sleep_min_guided_log_ratio=sleep_min_guided_log_ratio,
+                sleep_kl_coef=sleep_kl_coef,
                 adapter=adapter,
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
