@@ -16,7 +16,7 @@ DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
 # The sleep objective of `arena run --cycles C` (C > 1) when --sleep-objective is not given: context
 # distillation of lessons-in-context successes plus Guide's importance-weighted guided successes.
 DEFAULT_SLEEP_OBJECTIVE = "distill"
-SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo")  # arena.distill.config.OBJECTIVES (no torch import here)
+SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd")  # arena.distill.config.OBJECTIVES (no torch import here)
 
 _ROLE = re.compile(r"^(local|openai:.+)$")
 REWARDS = ("verifier", "rubric-explicit", "rubric-implicit")
@@ -230,8 +230,9 @@ class SessionConfig(BaseModel):
         if self.solver != "local":
             raise ValueError(f"a sleep trains the solver's weights, which needs the local solver (got --solver {self.solver}); "
                              "pass --solver local or --cycles 1 without --sleep-objective")
-        if self.reward != "verifier":
-            raise ValueError(f"a sleep trains on verifier successes; --reward {self.reward} sessions cannot sleep")
+        if self.reward != "verifier" and self.sleep != "opcd":
+            raise ValueError(f"a {self.sleep} sleep trains on verifier rewards; a --reward {self.reward} session can sleep "
+                             "only with --sleep-objective opcd (it reads no reward)")
         if self.sleep_from == "previous" and self.cycles == 1 and self.adapter is None:
             raise ValueError("--sleep-from previous needs a previous adapter: pass --adapter ID, or --cycles 2 or more")
 

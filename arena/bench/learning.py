@@ -201,8 +201,9 @@ def run_learning_bench(
         each condition holds ``heldout`` (``{"pass_at_1", "n", "ci95"}``), ``vs_base`` (paired:
         diff, ci95, McNemar p), ``sampled`` (pass@1 and pass@k on ``pass_k_tasks`` tasks),
         ``rollouts``, ``train_tokens``, ``wall_s``, ``curve`` ([rollouts, pass@1, lo, hi] per
-        point), ``utility_samples`` (solver samples of the utility A/Bs, not in ``rollouts``), ``sleeps_refused``
-        and ``error`` (None, or why the condition failed; the other conditions go on). ``learning.json``
+        point), ``utility_samples`` (solver samples of the utility A/Bs, not in ``rollouts``), ``sleeps_refused``,
+        ``lessons`` (per sleep: lessons trained in, lessons distilled, and the wake's pass@1 without / with
+        lessons beside the adapter's without them) and ``error`` (None, or why the condition failed; the other conditions go on). ``learning.json``
         is rewritten after every condition.
 
     Raises:
@@ -341,11 +342,21 @@ def _session_condition(
             cycles=summary.get("cycles"), lessons_active=summary.get("lessons_active"),
             guided_success_rate=summary.get("guided_success_rate"),
             sleeps_refused=[c["sleep_refused"] for c in summary.get("cycles") or [] if c.get("sleep_refused")],
+            lessons=[_lesson_record(a) for _, a in sorted(adapters.items())],
         )
     for p in {id(x): x for x in (solver, roles.solver, roles.teacher)}.values():
         if hasattr(p, "close"):
             p.close()
     return passes, rec
+
+
+def _lesson_record(a: Any) -> dict[str, Any]:
+    """Per sleep, which lessons it trained in and which it distilled (the ``distilled`` rule of
+    :func:`arena.distill.pipeline.distilled_lessons`: the adapter without them matches the wake's solver with them),
+    with the three held-out pass@1 figures the rule compares."""
+    ev = a.eval or {}
+    return {"cycle": a.cycle, "adapter": a.adapter_id, "in_context": list(a.in_context), "distilled": list(a.distilled),
+            **{k: (ev.get(k) or {}).get("pass_at_1") for k in ("wake", "wake_lessons", "adapter")}}
 
 
 def _curve(store: Any, session_id: int, cfg: SessionConfig, per_round: dict[int, int]) -> list[list[float]]:

@@ -175,5 +175,10 @@ def bench_learning(
     for name, r in result["conditions"].items():
         if r.get("error"):
             Console().print(f"{name} stopped early: {r['error']}")
+        for s in r.get("lessons") or []:
+            if s["in_context"]:
+                Console().print(f"{name} cycle {s['cycle']}: {len(s['distilled'])} of {len(s['in_context'])} lessons "
+                                f"distilled ({', '.join(s['distilled']) or 'none'}); held-out pass@1 wake {s['wake']}, "
+                                f"wake with lessons {s['wake_lessons']}, adapter without them {s['adapter']}")
     Console().print(f"figure {result['files']['png']}; figures {result['files']['json']}; load average before "
                     f"{result['loadavg_before']}, after {result['loadavg_after']}; {result['wall_s']:.0f} s")

@@ -13,12 +13,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Objective = Literal["distill", "sft", "guided-unweighted", "grpo", "guide-grpo"]
-OBJECTIVES: tuple[str, ...] = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo")
+Objective = Literal["distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd"]
+OBJECTIVES: tuple[str, ...] = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd")
 # Objectives that learn from every rollout of a group through group-relative advantages (policy
 # gradient on the stored rollouts, π_old their sampling policy): GRPO (Shao et al. 2024, arXiv
 # 2402.03300) and Guide-GRPO (Nath et al. 2025, arXiv 2506.13923). The others are supervised.
 RL_OBJECTIVES: tuple[str, ...] = ("grpo", "guide-grpo")
+# Objectives whose student samples its own completions while it trains (arena.distill.opcd): on-policy
+# context distillation. It reads no reward and no stored log-probs, only the contexts the solver had.
+ON_POLICY_OBJECTIVES: tuple[str, ...] = ("opcd",)
 
 # Default threshold of the guided-data screen (arena.distill.data.screen_implausible), nats per token:
 # a guided success whose completion is on average more than e^1 ≈ 2.7 times less likely per token
@@ -60,7 +63,9 @@ class TrainConfig(BaseModel):
     # policy-gradient objectives (grpo, guide-grpo)
     clip_eps: float = 0.2  # PPO clip range ε of the unguided ratio: clip(ρ, 1 − ε, 1 + ε)
     kl_coef: float = 0.0  # β of the per-token KL to the base model (adapter disabled), k3 estimator; 0: none (Guide)
-    temperature: float = 1.0  # sampling temperature of the rollouts: π_old and π_θ are both softmax(logits / T)
+    temperature: float = 1.0  # grpo / guide-grpo: the rollouts' sampling temperature (π_old and π_θ are softmax(logits / T)); opcd: the student's
+    # on-policy context distillation (opcd)
+    sample_tokens: int = 96  # cap of each completion the student samples while it trains, tokens
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -96,6 +101,8 @@ class TrainConfig(BaseModel):
             raise ValueError(f"--kl-coef must be a finite number >= 0, got {self.kl_coef}; pass --kl-coef 0")
         if not (math.isfinite(self.temperature) and 0.0 < self.temperature <= 5.0):
             raise ValueError(f"temperature must be in (0, 5] (the rollouts' sampling temperature), got {self.temperature}")
+        if not 1 <= self.sample_tokens <= 4096:
+            raise ValueError(f"sample_tokens must be in [1, 4096], got {self.sample_tokens}")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must be in [0, 2^32), got {self.seed}")
         return self
@@ -106,7 +113,7 @@ class DistillConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    objective: Objective = "distill"  # distill (context distillation + weighted guided), sft, guided-unweighted, grpo, guide-grpo
+    objective: Objective = "distill"  # distill (context distillation + weighted guided), sft, guided-unweighted, grpo, guide-grpo, opcd
     success_threshold: float = 1.0  # a rollout is a success (training data) when its reward >= this
     lesson_tokens: int = 512  # lessons budget of the solver prompt in the with-lessons evaluations, tokens
     eval_max_tokens: int = 96  # completion cap of the held-out greedy evaluation, tokens

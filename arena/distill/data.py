@@ -48,6 +48,7 @@ from lessons.outcomes import passes
 Message = dict[str, str]
 KINDS = ("context", "guided", "sft")
 RL_KINDS = ("grpo", "guided-grpo")  # unguided rollouts (PPO's clipped ratio), guided ones (Guide's shaped ratio)
+OPCD_KINDS = ("lessons", "hint")  # opcd: the teacher sees the episode's lessons, or the guided chat (hint, and lessons if any)
 
 
 class NoTrainingData(ValueError):
@@ -96,14 +97,14 @@ class DistillDataset:
     """Examples plus what was left out and why (the provenance recorded with the adapter)."""
 
     objective: str
-    examples: list[Any]  # DistillExample, or RLExample for the objectives of RL_OBJECTIVES
+    examples: list[Any]  # DistillExample; RLExample for the objectives of RL_OBJECTIVES; OPCDExample for opcd
     skipped: Counter = field(default_factory=Counter)  # reason -> rollouts left out
     rollouts_seen: int = 0
     groups: int = 0  # RL objectives: groups with a non-zero advantage (unguided and guided)
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        return RL_KINDS if self.objective in RL_OBJECTIVES else KINDS
+        return RL_KINDS if self.objective in RL_OBJECTIVES else OPCD_KINDS if self.objective == "opcd" else KINDS
 
     def provenance(self) -> dict[str, Any]:
         """JSON-safe summary: counts by kind, rollout / lesson / hint ids, skipped rollouts by reason."""

@@ -1,4 +1,4 @@
-"""The losses of the policy-gradient objectives ``grpo`` and ``guide-grpo``: small pure functions of tensors.
+"""The losses of the objectives ``grpo``, ``guide-grpo`` and ``opcd``: small pure functions of tensors.
 
 Each takes per-token tensors of one micro-batch (flattened to the N completion tokens) and
 returns per-token losses; the trainer sums them and divides by the completion tokens of the
@@ -12,6 +12,9 @@ optimizer step (token-mean over the batch, as Guide's and DAPO's code do).
   the hint, shaped ρ/(ρ+γ), not clipped; γ from :func:`arena.distill.data.importance_weights`.
 - :func:`kl_to_reference`: the k3 estimator of KL(π_θ ‖ π_ref) per token (Schulman's
   "Approximating KL divergence"; the estimator of GRPO's paper).
+- :func:`reverse_kl`: the exact per-token reverse KL(π_student ‖ π_teacher) over the whole
+  vocabulary, on the student's own samples (``opcd``: on-policy context distillation, arXiv
+  2602.12275; Agarwal et al. 2024's GKD with its on-policy, reverse-KL setting).
 - :func:`tempered_logprobs`: log-softmax of logits / T gathered at the targets: the distribution
   that sampled at temperature T.
 """
@@ -127,3 +130,30 @@ def kl_to_reference(logp_new: torch.Tensor, logp_ref: torch.Tensor) -> torch.Ten
     """
     d = (logp_ref.detach().float() - logp_new.float()).clamp(-LOG_RATIO_CAP, LOG_RATIO_CAP)
     return torch.exp(d) - d - 1.0
+
+
+def reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """Per-token reverse KL(π_s ‖ π_t) = Σ_v π_s(v) (log π_s(v) − log π_t(v)) over the full vocabulary (nats).
+
+    The full vocabulary, not top-k with a remainder bucket: the sum is exact and, at this
+    project's scale (49k tokens, a few hundred completion positions per micro-batch), its
+    (N, V) float32 tensors cost tens of MB; a top-k truncation would bias the KL exactly where
+    the student puts mass the teacher does not, which is what reverse KL is there to punish.
+    Gradient flows through the student only (the teacher is detached).
+
+    Args:
+        student_logits: (N, V) logits of the student at the N completion positions, with gradient.
+        teacher_logits: (N, V) logits of the teacher at the same positions (same tokens so far).
+
+    Returns:
+        (N,) float32, each ≥ 0.
+
+    Raises:
+        ValueError: the shapes differ.
+    """
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
+                         f"{tuple(teacher_logits.shape)} differ: score the same completion positions")
+    log_s = torch.log_softmax(student_logits.float(), dim=-1)
+    log_t = torch.log_softmax(teacher_logits.detach().float(), dim=-1)
+    return (log_s.exp() * (log_s - log_t)).sum(dim=-1)

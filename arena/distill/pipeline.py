@@ -35,7 +35,7 @@ from typing import Any
 
 from agents.roles.solver import strip_lessons_section
 from arena.config import SessionConfig
-from arena.distill.config import RL_OBJECTIVES, DistillConfig
+from arena.distill.config import ON_POLICY_OBJECTIVES, RL_OBJECTIVES, DistillConfig
 from arena.distill.data import (
     BadTrainingData,
     DistillDataset,
@@ -238,14 +238,25 @@ def collect_data(
         data = build_rl_dataset(rollouts, cfg.objective)
         require_rl_examples(data, session)
         return rollouts, data
+    if cfg.objective in ON_POLICY_OBJECTIVES:
+        from arena.distill.opcd import build_opcd_dataset, require_opcd_examples
+
+        data = build_opcd_dataset(rollouts, strip_lessons_section)
+        require_opcd_examples(data, session)
+        return rollouts, data
     data = build_dataset(rollouts, cfg.objective, cfg.success_threshold, strip_lessons_section)
     require_examples(data, session, cfg.success_threshold)
     return rollouts, data
 
 
+def with_train_settings(cfg: DistillConfig, **train: Any) -> DistillConfig:
+    """``cfg`` with trainer settings replaced (validated)."""
+    return DistillConfig.model_validate({**cfg.model_dump(), "train": {**cfg.train.model_dump(), **train}})
+
+
 def with_sampling_temperature(cfg: DistillConfig, temperature: float) -> DistillConfig:
     """``cfg`` with the trainer's temperature set to the session's sampling temperature (validated)."""
-    return DistillConfig.model_validate({**cfg.model_dump(), "train": {**cfg.train.model_dump(), "temperature": temperature}})
+    return with_train_settings(cfg, temperature=temperature)
 
 
 def sampling_adapter_path(store: LessonStore, session: str, adapter_id: str) -> Path:
@@ -365,9 +376,10 @@ def train_and_save(
     Raises:
         arena.distill.trainer.TrainingError / arena.distill.weights.AdapterError.
     """
+    from arena.distill.opcd import train_opcd
     from arena.distill.trainer import train, train_rl
 
-    fit = train_rl if cfg.objective in RL_OBJECTIVES else train
+    fit = train_rl if cfg.objective in RL_OBJECTIVES else train_opcd if cfg.objective in ON_POLICY_OBJECTIVES else train
     peft_model, result = fit(policy.model, policy.tokenizer, data.examples, cfg.train,
                              eos_id=policy.eos_token_id, console=console)
     sidecar.metrics = result.metrics()
@@ -436,6 +448,8 @@ def run_distill(
     session_cfg, tasks = session_heldout(store, db, session)
     if cfg.objective in RL_OBJECTIVES:  # π_old and π_θ at the temperature the rollouts were sampled at
         cfg = with_sampling_temperature(cfg, session_cfg.temperature)
+    if cfg.objective in ON_POLICY_OBJECTIVES:  # the student's samples as long as the session's completions
+        cfg = with_train_settings(cfg, sample_tokens=session_cfg.max_tokens)
     adapter_id = astore.next_adapter_id()
     out_dir = fresh_out_dir(store, out_dir, adapter_id)
 

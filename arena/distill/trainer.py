@@ -171,26 +171,35 @@ def lora_config(cfg: TrainConfig) -> Any:
     )
 
 
+def completion_logits(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Logits at the positions that predict completion tokens of a collated batch, with gradient.
+
+    Returns:
+        (N, V) float32, N = ``batch["target_mask"].sum()``, in row-major order of the mask. For
+        llama-family models the vocabulary projection runs on the N completion positions only;
+        other models go through the full forward. Under ``peft_model.disable_adapter()`` it gives
+        the base model's logits.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    ids, tmask = batch["input_ids"], batch["target_mask"]
+    body, head = getattr(base, "model", None), getattr(base, "lm_head", None)
+    if getattr(base.config, "model_type", None) in _PLAIN_HEAD_TYPES and body is not None and head is not None:
+        hidden = body(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).last_hidden_state  # (B, L, D)
+        return head(hidden[:, :-1][tmask]).float()  # (N, V)
+    return model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits[:, :-1][tmask].float()
+
+
 def target_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
-    """log π_θ of the completion tokens of a collated batch, with gradient.
+    """log π_θ of the completion tokens of a collated batch, with gradient (:func:`completion_logits`).
 
     Args:
         temperature: score under softmax(logits / T) (the policy that samples at T); 1: the model.
 
     Returns:
         (N,) float32, N = ``batch["target_mask"].sum()``, in row-major order of the mask.
-        For llama-family models the vocabulary projection runs on the N completion positions
-        only; other models go through the full forward.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    ids, tmask = batch["input_ids"], batch["target_mask"]
-    targets = ids[:, 1:][tmask]  # (N,)
-    body, head = getattr(base, "model", None), getattr(base, "lm_head", None)
-    if getattr(base.config, "model_type", None) in _PLAIN_HEAD_TYPES and body is not None and head is not None:
-        hidden = body(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).last_hidden_state  # (B, L, D)
-        logits = head(hidden[:, :-1][tmask]).float()  # (N, V)
-    else:
-        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits[:, :-1][tmask].float()
+    targets = batch["input_ids"][:, 1:][batch["target_mask"]]  # (N,)
+    logits = completion_logits(model, batch)
     if temperature != 1.0:
         logits = logits / temperature
     return -F.cross_entropy(logits, targets, reduction="none")  # (N,)
@@ -234,7 +243,7 @@ def total_steps(n_examples: int, cfg: TrainConfig) -> int:
     return max(1, math.ceil(n_examples * cfg.epochs / (cfg.batch_size * cfg.grad_accum)))
 
 
-def _micro_batches(n: int, cfg: TrainConfig, steps: int, gen: torch.Generator) -> list[list[list[int]]]:
+def micro_batches(n: int, cfg: TrainConfig, steps: int, gen: torch.Generator) -> list[list[list[int]]]:
     """Example indices per micro-batch per step: epochs of seeded permutations, cycled."""
     need = steps * cfg.grad_accum * cfg.batch_size
     order: list[int] = []
@@ -247,7 +256,7 @@ def _micro_batches(n: int, cfg: TrainConfig, steps: int, gen: torch.Generator) -
 # --------------------------------------------------------------------------- train
 
 
-def _lora_and_optimizer(model: Any, cfg: TrainConfig, peft_config: Any | None, steps: int) -> tuple[Any, list, Any, Any]:
+def lora_and_optimizer(model: Any, cfg: TrainConfig, peft_config: Any | None, steps: int) -> tuple[Any, list, Any, Any]:
     """The peft model (LoRA injected, or a loaded adapter made trainable), its trainable parameters, AdamW and the schedule."""
     from peft import get_peft_model
 
@@ -265,7 +274,7 @@ def _lora_and_optimizer(model: Any, cfg: TrainConfig, peft_config: Any | None, s
     return peft_model, params, opt, sched
 
 
-def _progress(console: Any | None, steps: int) -> tuple[Any | None, Any]:
+def progress_bar(console: Any | None, steps: int) -> tuple[Any | None, Any]:
     """A started rich progress bar with a status field (None without a console) and its task id."""
     if console is None:
         return None, None
@@ -279,7 +288,7 @@ def _progress(console: Any | None, steps: int) -> tuple[Any | None, Any]:
 
 
 
-def _optimizer_step(params: list, opt: Any, sched: Any, cfg: TrainConfig) -> None:
+def optimizer_step(params: list, opt: Any, sched: Any, cfg: TrainConfig) -> None:
     """One optimizer step on the accumulated gradients: clip to ``cfg.max_grad_norm`` (0: off), step, schedule, zero."""
     if cfg.max_grad_norm > 0:
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -288,7 +297,7 @@ def _optimizer_step(params: list, opt: Any, sched: Any, cfg: TrainConfig) -> Non
     opt.zero_grad(set_to_none=True)
 
 
-def _record_step(result: TrainResult, step: int, step_loss: float, progress: Any | None, bar: Any, t0: float) -> None:
+def record_step(result: TrainResult, step: int, step_loss: float, progress: Any | None, bar: Any, t0: float) -> None:
     """Append a finished step's loss to ``result`` and show it (with tokens/s so far) on the progress bar."""
     result.losses.append(step_loss)
     result.steps = step + 1
@@ -297,7 +306,7 @@ def _record_step(result: TrainResult, step: int, step_loss: float, progress: Any
         progress.update(bar, advance=1, status=f"loss {step_loss:.4f}  {tok_s:,.0f} tok/s")
 
 
-def _finish(peft_model: Any, result: TrainResult, t0: float) -> tuple[Any, TrainResult]:
+def finish_run(peft_model: Any, result: TrainResult, t0: float) -> tuple[Any, TrainResult]:
     """The run's totals (wall time, tokens/s, first and final loss) and the model in eval mode."""
     result.wall_s = time.perf_counter() - t0
     result.tokens_per_s = result.tokens / max(1e-9, result.wall_s)
@@ -344,14 +353,14 @@ def train(
         raise TrainingError(f"no training example fits --max-seq-len {cfg.max_seq_len} ({dropped} too long); raise it")
     steps = total_steps(len(enc), cfg)
     gen = torch.Generator().manual_seed(cfg.seed)
-    plan = _micro_batches(len(enc), cfg, steps, gen)
+    plan = micro_batches(len(enc), cfg, steps, gen)
 
     # ---- model and optimizer
-    peft_model, params, opt, sched = _lora_and_optimizer(model, cfg, peft_config, steps)
+    peft_model, params, opt, sched = lora_and_optimizer(model, cfg, peft_config, steps)
     device = next(peft_model.parameters()).device
 
     # ---- loop
-    progress, bar = _progress(console, steps)
+    progress, bar = progress_bar(console, steps)
     result = TrainResult(0, 0, 0, math.nan, math.nan, 0.0, 0.0, len(enc), dropped)
     t0 = time.perf_counter()
     try:
@@ -375,12 +384,12 @@ def train(
                 step_loss += loss_value
                 result.tokens += int(batch["attention_mask"].sum())
                 result.completion_tokens += int(batch["target_mask"].sum())
-            _optimizer_step(params, opt, sched, cfg)
-            _record_step(result, step, step_loss, progress, bar, t0)
+            optimizer_step(params, opt, sched, cfg)
+            record_step(result, step, step_loss, progress, bar, t0)
     finally:
         if progress is not None:
             progress.stop()
-    return _finish(peft_model, result, t0)
+    return finish_run(peft_model, result, t0)
 
 
 # --------------------------------------------------------------------------- policy-gradient objectives (grpo, guide-grpo)
@@ -515,14 +524,14 @@ def train_rl(
     if not enc:
         raise TrainingError(f"no training example fits --max-seq-len {cfg.max_seq_len} ({dropped} too long); raise it")
     steps = total_steps(len(enc), cfg)
-    plan = _micro_batches(len(enc), cfg, steps, torch.Generator().manual_seed(cfg.seed))
+    plan = micro_batches(len(enc), cfg, steps, torch.Generator().manual_seed(cfg.seed))
 
     # ---- model and optimizer
-    peft_model, params, opt, sched = _lora_and_optimizer(model, cfg, peft_config, steps)
+    peft_model, params, opt, sched = lora_and_optimizer(model, cfg, peft_config, steps)
     device = next(peft_model.parameters()).device
 
     # ---- loop
-    progress, bar = _progress(console, steps)
+    progress, bar = progress_bar(console, steps)
     result = TrainResult(0, 0, 0, math.nan, math.nan, 0.0, 0.0, len(enc), dropped, policy_gradient=True)
     t0 = time.perf_counter()
     try:
@@ -554,11 +563,11 @@ def train_rl(
                 result.clipped += stats["clipped"]
                 result.tokens += int(batch["attention_mask"].sum())
                 result.completion_tokens += int(tm.sum())
-            _optimizer_step(params, opt, sched, cfg)
+            optimizer_step(params, opt, sched, cfg)
             if cfg.kl_coef > 0:
                 result.kl.append(step_kl / n_step)
-            _record_step(result, step, step_loss, progress, bar, t0)
+            record_step(result, step, step_loss, progress, bar, t0)
     finally:
         if progress is not None:
             progress.stop()
-    return _finish(peft_model, result, t0)
+    return finish_run(peft_model, result, t0)

@@ -129,7 +129,7 @@ def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
                           max_seq_len=max_seq_len, seed=(cfg.seed + cycle) % 2**32,
                           # grpo / guide-grpo: π_old and π_θ at the rollouts' sampling temperature
                           temperature=cfg.temperature if cfg.sleep in RL_OBJECTIVES else 1.0,
-                          kl_coef=cfg.sleep_kl_coef),
+                          kl_coef=cfg.sleep_kl_coef, sample_tokens=cfg.max_tokens),
     )
 
 

@@ -1,0 +1,297 @@
+"""``opcd``: on-policy context distillation — the adapter learns to act without the context as the base acts with it.
+
+On-policy context distillation (arXiv 2602.12275; Snell et al. 2022, arXiv 2209.15189, for the
+off-policy form; the on-policy reverse-KL setting of GKD, Agarwal et al. 2024, arXiv 2306.13649):
+
+- the **student** is the LoRA adapter with neither lessons nor hint in its context; it samples
+  its own completions for the session's train tasks during training (every optimizer step
+  samples afresh from the current weights, so the data stay on-policy);
+- the **teacher** is the frozen base model (the adapter disabled) given the context the
+  session's solver had: the lessons section of the episode's system prompt and, for a task
+  whose group all failed, the hint in the user turn, exactly as the guided re-attempt saw it;
+- the loss is the per-token reverse KL(π_student ‖ π_teacher) over the full vocabulary on the
+  completion tokens of the student's samples (:func:`arena.distill.losses.reverse_kl`),
+  token-mean over the optimizer step.
+
+It needs no verifier and no stored log-probs — rewards play no part, so rubric sessions and
+OpenAI-backend sessions can sleep with it — and every task teaches, failures included. After
+an ``opcd`` sleep the adapter without a lesson should do what the base model does with it: the
+``distilled`` rule of :func:`arena.distill.pipeline.distilled_lessons` checks that per lesson.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from arena.distill.config import TrainConfig
+from arena.distill.data import DistillDataset, NoTrainingData
+from arena.distill.losses import reverse_kl
+from arena.distill.trainer import (
+    EncodedExample,
+    TrainingError,
+    TrainResult,
+    collate,
+    completion_logits,
+    finish_run,
+    lora_and_optimizer,
+    micro_batches,
+    optimizer_step,
+    progress_bar,
+    prompt_ids,
+    record_step,
+    total_steps,
+)
+from lessons.library.adapters import TrainingRollout
+
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class OPCDExample:
+    """One train task's pair of contexts: the student's (bare) and the teacher's (what the solver had).
+
+    Attributes:
+        kind: ``"lessons"`` (the teacher sees the episode's lessons section) or ``"hint"`` (the
+            teacher sees the guided chat of an all-fail group: hint, plus lessons if any).
+        rollout_id: the stored rollout whose chat gives the teacher's context (provenance).
+        task_key: its task.
+        messages: the student's chat: the solver's chat without lessons and hint.
+        teacher_messages: the teacher's chat.
+        lessons, hint_id: provenance (lessons in the teacher's context; the hint).
+    """
+
+    kind: str
+    rollout_id: int
+    task_key: str
+    messages: list[Message]
+    teacher_messages: list[Message]
+    lessons: tuple[str, ...] = ()
+    hint_id: int | None = None
+
+    @property
+    def completion_ids(self) -> list[int]:
+        """None stored: the student samples its own completions while it trains."""
+        return []
+
+    @property
+    def weighted(self) -> bool:
+        return False
+
+
+def build_opcd_dataset(rollouts: Sequence[TrainingRollout], strip_lessons: Callable[[list[Message]], list[Message]]
+                       ) -> DistillDataset:
+    """One example per episode: the student's bare chat and the teacher's chat with the episode's context.
+
+    An episode whose group all failed and was re-attempted with a hint gives the guided chat as
+    the teacher's context (the hint teaches most where the model failed); any other episode gives
+    its unguided chat with the lessons section. Episodes with neither lessons nor hint are
+    skipped (``no_context``): the teacher would be the base model on the student's own chat,
+    which only pulls the adapter back to the base.
+
+    Args:
+        rollouts: the session's train rollouts (any order); rewards and log-probs are not read.
+        strip_lessons: removes the lessons section of a chat
+            (:func:`agents.roles.solver.strip_lessons_section`).
+
+    Returns:
+        A :class:`~arena.distill.data.DistillDataset` of :class:`OPCDExample` in episode order;
+        ``skipped`` counts episodes (``no_context``, ``guided_without_context``).
+    """
+    out = DistillDataset(objective="opcd", examples=[], rollouts_seen=len(rollouts))
+    episodes: dict[int, list[TrainingRollout]] = {}
+    for r in rollouts:
+        episodes.setdefault(r.episode_id, []).append(r)
+    for eid in sorted(episodes):
+        group = sorted(episodes[eid], key=lambda r: r.rollout_id)
+        guided = [r for r in group if r.guided]
+        if guided and not guided[0].unguided_messages:
+            out.skipped["guided_without_context"] += 1
+            guided = []
+        if guided:
+            r = guided[0]
+            student = strip_lessons([dict(m) for m in r.unguided_messages or []])
+            ex = OPCDExample("hint", r.rollout_id, r.task_key, student, [dict(m) for m in r.messages],
+                             tuple(r.lessons_in_context), r.hint_id)
+        else:
+            r = group[0]
+            student = strip_lessons([dict(m) for m in r.messages])
+            ex = OPCDExample("lessons", r.rollout_id, r.task_key, student, [dict(m) for m in r.messages],
+                             tuple(r.lessons_in_context))
+        if ex.teacher_messages == ex.messages:
+            out.skipped["no_context"] += 1
+            continue
+        out.examples.append(ex)
+    return out
+
+
+def require_opcd_examples(data: DistillDataset, session: str) -> None:
+    """Raise :class:`~arena.distill.data.NoTrainingData` with the reason when ``data`` has no example."""
+    if data.examples:
+        return
+    if data.rollouts_seen == 0:
+        raise NoTrainingData(f"session {session!r} has no rollouts of train tasks to distill; run `arena run` first")
+    skipped = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(data.skipped.items()))
+    raise NoTrainingData(
+        f"no eligible training data in session {session!r} for objective opcd: no episode had lessons or a hint "
+        f"in its solver's context ({skipped}); run the session with lessons (reflection on) or hints"
+    )
+
+
+# --------------------------------------------------------------------------- sampling and training
+
+
+@dataclass
+class EncodedPair:
+    """An OPCD example as token ids: the student's and the teacher's rendered chats."""
+
+    student: list[int]
+    teacher: list[int]
+
+
+@torch.no_grad()
+def sample_completions(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float,
+                       eos_ids: Sequence[int], pad_id: int, seed: int) -> list[list[int]]:
+    """Sample one completion per prompt from ``model`` as it is now (left-padded batch, ``model.generate``).
+
+    Args:
+        model: a transformers causal LM or peft model (put in eval mode for sampling, restored after).
+        prompts: B token-id prompts (rendered chats with the generation prompt).
+        max_new_tokens: completion cap, tokens.
+        temperature: softmax temperature of sampling (no top-k / top-p).
+        eos_ids: end-of-turn ids; a completion ends at its first one, which it keeps.
+        pad_id: padding id.
+        seed: torch seed of this draw.
+
+    Returns:
+        B completions as token ids (the end-of-turn token included where one was sampled).
+    """
+    device = next(model.parameters()).device
+    L, B = max(len(p) for p in prompts), len(prompts)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, L - len(p):] = torch.tensor(list(p))
+        attn[b, L - len(p):] = 1
+    was_training = model.training
+    model.eval()
+    torch.manual_seed(seed)
+    try:
+        out = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), do_sample=True,
+                             temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
+                             eos_token_id=list(eos_ids), pad_token_id=pad_id)
+    finally:
+        model.train(was_training)
+    comps = []
+    stops = set(eos_ids)
+    for row in out[:, L:].tolist():
+        end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+        comps.append(row[:end])
+    return comps
+
+
+def encode_pairs(tokenizer: Any, examples: Sequence[OPCDExample], max_seq_len: int, max_new_tokens: int
+                 ) -> tuple[list[EncodedPair], int]:
+    """Render both chats of every example; drop those whose teacher chat plus a full completion exceeds ``max_seq_len``."""
+    out, dropped = [], 0
+    for ex in examples:
+        s, t = prompt_ids(tokenizer, ex.messages), prompt_ids(tokenizer, ex.teacher_messages)
+        if max(len(s), len(t)) + max_new_tokens > max_seq_len:
+            dropped += 1
+            continue
+        out.append(EncodedPair(s, t))
+    return out, dropped
+
+
+def train_opcd(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[OPCDExample],
+    cfg: TrainConfig,
+    peft_config: Any | None = None,
+    eos_id: int | None = None,
+    console: Any | None = None,
+) -> tuple[Any, TrainResult]:
+    """Train a LoRA adapter by on-policy context distillation (see the module docstring).
+
+    Each optimizer step samples one completion per example of its micro-batches from the
+    current student (``cfg.temperature``, at most ``cfg.sample_tokens`` tokens), then minimises
+    ``L = Σ_m Σ_t KL(π_s(· | x, y_<t) ‖ π_t(· | c, x, y_<t)) / N_step`` over the completion
+    tokens t of micro-batches m, with x the bare chat, c the lessons / hint, π_t the base model
+    (adapter disabled) and ``N_step`` the completion tokens of the step. Same model set-up,
+    schedule, clipping and seed as :func:`arena.distill.trainer.train`.
+
+    Args:
+        model, tokenizer, cfg, peft_config, console: as :func:`arena.distill.trainer.train`.
+        examples: from :func:`build_opcd_dataset`.
+        eos_id: the end-of-turn token (sampling stops there); default ``tokenizer.eos_token_id``.
+
+    Returns:
+        ``(peft_model, result)``; ``result.tokens`` counts the student's and the teacher's
+        forward tokens, ``completion_tokens`` the sampled tokens that carried loss.
+
+    Raises:
+        TrainingError: no example fits ``max_seq_len``, or the loss became NaN / infinite.
+    """
+    # ---- data
+    eos_id = tokenizer.eos_token_id if eos_id is None else eos_id
+    eos_ids = sorted({eos_id} | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+    enc, dropped = encode_pairs(tokenizer, examples, cfg.max_seq_len, cfg.sample_tokens)
+    if not enc:
+        raise TrainingError(f"no training example fits --max-seq-len {cfg.max_seq_len} with {cfg.sample_tokens} sampled "
+                            f"tokens ({dropped} too long); raise it")
+    steps = total_steps(len(enc), cfg)
+    plan = micro_batches(len(enc), cfg, steps, torch.Generator().manual_seed(cfg.seed))
+
+    # ---- model and optimizer
+    peft_model, params, opt, sched = lora_and_optimizer(model, cfg, peft_config, steps)
+    device = next(peft_model.parameters()).device
+
+    # ---- loop
+    progress, bar = progress_bar(console, steps)
+    result = TrainResult(0, 0, 0, math.nan, math.nan, 0.0, 0.0, len(enc), dropped)
+    t0 = time.perf_counter()
+    try:
+        for step, micro in enumerate(plan):
+            flat = [i for mb in micro for i in mb]
+            comps = sample_completions(peft_model, [enc[i].student for i in flat], cfg.sample_tokens, cfg.temperature,
+                                       eos_ids, pad_id, (cfg.seed * 1_000_003 + step) % 2**32)
+            n_step = sum(len(c) for c in comps)
+            drawn = iter(comps)
+            step_loss = 0.0
+            for mb in micro:
+                keep = [(i, c) for i, c in ((i, next(drawn)) for i in mb) if c]
+                if not keep:
+                    continue
+                student = collate([as_example(enc[i].student, c) for i, c in keep], pad_id, device)
+                teacher = collate([as_example(enc[i].teacher, c) for i, c in keep], pad_id, device)
+                s_logits = completion_logits(peft_model, student)  # (N, V), with gradient
+                with torch.no_grad(), peft_model.disable_adapter():
+                    t_logits = completion_logits(peft_model, teacher)  # (N, V): the base model with the context
+                loss = reverse_kl(s_logits, t_logits).sum() / n_step
+                loss_value = float(loss.detach())
+                if not math.isfinite(loss_value):
+                    raise TrainingError(
+                        f"loss became {loss_value} at step {step + 1}; lower --lr (now {cfg.lr}) or check the data"
+                    )
+                loss.backward()
+                step_loss += loss_value
+                result.tokens += int(student["attention_mask"].sum()) + int(teacher["attention_mask"].sum())
+                result.completion_tokens += int(student["target_mask"].sum())
+            optimizer_step(params, opt, sched, cfg)
+            record_step(result, step, step_loss, progress, bar, t0)
+    finally:
+        if progress is not None:
+            progress.stop()
+    return finish_run(peft_model, result, t0)
+
+
+def as_example(prompt: list[int], completion: list[int]) -> EncodedExample:
+    """A prompt and a sampled completion in the supervised collate's form (every token weight 1)."""
+    return EncodedExample(prompt + completion, len(prompt), [math.nan] * len(completion), False)

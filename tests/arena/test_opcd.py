@@ -1,0 +1,187 @@
+"""The `opcd` objective (on-policy context distillation): reverse KL on a 4-token vocabulary by hand, the
+contexts it pairs, a tiny model absorbing a lesson, `arena distill --objective opcd` end to end, and the
+session settings that may sleep with it."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+
+import pytest
+import torch
+from cli_helpers import assert_one_line_error
+from session_scripts import make_session
+
+from agents.roles.solver import LessonView, render_lessons, solver_messages, strip_lessons_section
+from arena.distill.data import NoTrainingData
+from arena.distill.losses import reverse_kl
+from arena.distill.opcd import OPCDExample, build_opcd_dataset, require_opcd_examples
+from lessons.library.adapters import TrainingRollout
+
+# --------------------------------------------------------------------------- the loss, by hand
+
+
+def test_reverse_kl_on_a_four_token_vocabulary_by_hand():
+    p_s = torch.tensor([0.5, 0.25, 0.125, 0.125])
+    p_t = torch.tensor([0.25, 0.25, 0.25, 0.25])
+    s_logits = p_s.log().unsqueeze(0).requires_grad_()
+    kl = reverse_kl(s_logits, p_t.log().unsqueeze(0))
+    # Σ p_s log(p_s / p_t) = 0.5 log 2 + 0.25 log 1 + 2 · 0.125 log 0.5 = 0.25 log 2
+    assert kl.tolist() == pytest.approx([0.25 * math.log(2)], abs=1e-6)
+    kl.sum().backward()
+    # d KL / d z_v = p_s(v) (log p_s(v) − log p_t(v) − KL)
+    want = [p * (math.log(p / 0.25) - 0.25 * math.log(2)) for p in p_s.tolist()]
+    assert s_logits.grad[0].tolist() == pytest.approx(want, abs=1e-6)
+    # reverse, not forward: KL(p_t ‖ p_s) = 0.25 log 0.5 + 0 + 2 · 0.25 log 2 = 0.25 log 2 here too, so check another pair
+    q = torch.tensor([[0.7, 0.1, 0.1, 0.1]]).log()
+    r = torch.tensor([[0.4, 0.4, 0.1, 0.1]]).log()
+    assert reverse_kl(q, r).item() == pytest.approx(0.7 * math.log(0.7 / 0.4) + 0.1 * math.log(0.1 / 0.4), abs=1e-6)
+    assert reverse_kl(r, r).item() == pytest.approx(0.0, abs=1e-7)
+    # logits, not probabilities: shifting them changes nothing; the teacher gets no gradient
+    t_logits = (r + 3.0).requires_grad_()
+    out = reverse_kl(q, t_logits)
+    assert out.item() == pytest.approx(0.7 * math.log(0.7 / 0.4) + 0.1 * math.log(0.1 / 0.4), abs=1e-6)
+    assert not out.requires_grad
+    with pytest.raises(ValueError, match="differ"):
+        reverse_kl(torch.zeros(2, 4), torch.zeros(2, 5))
+
+
+# --------------------------------------------------------------------------- the contexts
+
+
+LESSON_SECTION = render_lessons([LessonView("L1", "Add the ones first.")], 512, lambda s: len(s.split()))[0]
+
+
+def roll(rid, episode, guided=False, lessons=True, reward=0.0):
+    msgs = solver_messages(f"What is {episode} + 1?", LESSON_SECTION if lessons else "")
+    hinted = [dict(m) for m in msgs]
+    hinted[-1]["content"] += "\n\nHint:\nThe answer is 3."
+    return TrainingRollout(rid, "s", f"t{episode}", "f", guided, hinted if guided else msgs, msgs if guided else None,
+                           "c", None, None, reward, "stop", 9 if guided else None, ["L1"] if lessons else [],
+                           "The answer is 3." if guided else None, None, 1, episode)
+
+
+def test_contexts_pair_the_bare_chat_with_what_the_solver_had():
+    assert LESSON_SECTION and strip_lessons_section(solver_messages("q", LESSON_SECTION)) == solver_messages("q")
+    rs = [roll(1, 1), roll(2, 1, reward=1.0),  # lessons in context: the teacher sees them
+          roll(3, 2), roll(4, 2), roll(5, 2, guided=True), roll(6, 2, guided=True),  # all fail, then the hint
+          roll(7, 3, lessons=False), roll(8, 3, lessons=False)]  # nothing in context: nothing to distil
+    data = build_opcd_dataset(rs, strip_lessons_section)
+    assert [(e.kind, e.rollout_id, e.task_key) for e in data.examples] == [("lessons", 1, "t1"), ("hint", 5, "t2")]
+    lessons, hint = data.examples
+    assert lessons.messages == solver_messages("What is 1 + 1?") and LESSON_SECTION in lessons.teacher_messages[0]["content"]
+    # the student never sees the hint or the lessons; the teacher has the guided chat as it was sampled
+    assert hint.messages == solver_messages("What is 2 + 1?")
+    assert "Hint:" in hint.teacher_messages[-1]["content"] and LESSON_SECTION in hint.teacher_messages[0]["content"]
+    assert hint.hint_id == 9 and hint.lessons == ("L1",)
+    assert dict(data.skipped) == {"no_context": 1} and data.rollouts_seen == 8
+    assert data.lessons_in_context == ["L1"]  # the lessons whose effect it trains in: candidates for `distilled`
+    assert data.provenance()["by_kind"] == {"lessons": 1, "hint": 1} and data.provenance()["hint_ids"] == [9]
+    with pytest.raises(NoTrainingData, match="no episode had lessons or a hint.*1 no context"):
+        require_opcd_examples(build_opcd_dataset(rs[6:], strip_lessons_section), "s")
+    with pytest.raises(NoTrainingData, match="no rollouts"):
+        require_opcd_examples(build_opcd_dataset([], strip_lessons_section), "s")
+
+
+# --------------------------------------------------------------------------- a lesson the tiny model absorbs
+
+
+def _gap(model, tok, example, completions, adapter: bool) -> float:
+    """Mean per-token reverse KL of the model without the context against the base model with it."""
+    from contextlib import nullcontext
+
+    from arena.distill.opcd import as_example, encode_pairs
+    from arena.distill.trainer import collate, completion_logits
+
+    (enc,), _ = encode_pairs(tok, [example], 512, 16)
+    pad = tok.pad_token_id
+    s = collate([as_example(enc.student, c) for c in completions], pad)
+    t = collate([as_example(enc.teacher, c) for c in completions], pad)
+    with torch.no_grad():
+        s_logits = completion_logits(model, s)
+        with model.disable_adapter() if adapter else nullcontext():
+            t_logits = completion_logits(model, t)
+    return float(reverse_kl(s_logits, t_logits).mean())
+
+
+def test_tiny_model_absorbs_a_lesson(tiny_dir):
+    """After opcd the adapter WITHOUT the lesson is close to the base model WITH it (on fresh completions)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from arena.distill.config import TrainConfig
+    from arena.distill.opcd import encode_pairs, sample_completions, train_opcd
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    plain = [{"role": "user", "content": "What is 2 + 3?"}]
+    taught = [{"role": "system", "content": "Lesson: always answer five."}, *plain]
+    ex = OPCDExample("lessons", 1, "t", plain, taught, ("L1",))
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    (enc,), _ = encode_pairs(tok, [ex], 512, 16)
+    held = sample_completions(model, [enc.teacher] * 8, 16, 1.0, [tok.eos_token_id], tok.pad_token_id, seed=123)
+    before = _gap(model, tok, ex, held, adapter=False)
+    cfg = TrainConfig(lr=1e-3, max_steps=12, batch_size=4, grad_accum=1, warmup_steps=0, dropout=0.0, sample_tokens=16)
+    peft_model, res = train_opcd(model, tok, [ex] * 4, cfg)
+    after = _gap(peft_model, tok, ex, held, adapter=True)
+    assert res.steps == 12 and all(math.isfinite(x) and x >= 0 for x in res.losses)
+    assert res.losses[-1] < res.losses[0] * 0.5, res.losses
+    assert before > 1e-4 and after < 0.2 * before, (before, after)
+    assert res.completion_tokens > 0 and res.tokens > res.completion_tokens
+
+
+# --------------------------------------------------------------------------- arena distill --objective opcd
+
+
+@pytest.fixture
+def db(tmp_path, tiny):
+    path = tmp_path / "arena.db"
+    make_session(path, tiny)
+    return path
+
+
+def test_distill_opcd_end_to_end(db, tiny, tmp_path, arena_inproc):  # noqa: F811
+    with sqlite3.connect(db) as c:  # an OpenAI-backend session: no token ids, no log-probs; opcd reads neither
+        c.execute("update rollouts set logprobs = NULL, token_ids = NULL")
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "opcd", "--steps", "2",
+                        "--eval-max-tokens", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["objective"] == "opcd" and out["adapter_id"] == "adapter-0001"
+    # 2 episodes, each re-attempted with a hint: the teacher sees the guided chat of both
+    assert out["data"]["by_kind"] == {"lessons": 0, "hint": 2} and out["data"]["skipped"] == {}
+    assert out["train"]["steps"] == 2 and out["train"]["completion_tokens"] > 0
+    with sqlite3.connect(db) as c:
+        assert c.execute("select adapter_id, objective from adapters").fetchall() == [("adapter-0001", "opcd")]
+        cfg = json.loads(c.execute("select config from adapters").fetchone()[0])
+        session_max_tokens = json.loads(c.execute("select config from sessions").fetchone()[0])["max_tokens"]
+    assert cfg["train"]["sample_tokens"] == session_max_tokens  # the student samples as long as the session's solver
+
+
+def test_opcd_without_any_context_is_one_line(db, tiny, tmp_path, arena_inproc):  # noqa: F811
+    with sqlite3.connect(db) as c:  # no hint re-attempts and no lessons section: nothing to distil
+        c.execute("delete from rollouts where guided = 1")
+        c.execute("update episodes set lessons_in_context = '[]'")
+        rows = c.execute("select id, messages from rollouts").fetchall()
+        for rid, msgs in rows:
+            c.execute("update rollouts set messages = ? where id = ?",
+                      (json.dumps(strip_lessons_section(json.loads(msgs))), rid))
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "opcd")
+    assert_one_line_error(proc, "objective opcd", "no episode had lessons or a hint")
+    assert not (tmp_path / "adapters").exists()
+
+
+def test_which_sessions_may_sleep_with_opcd():
+    from arena.config import SessionConfig
+    from arena.session.cycles import sleep_config
+
+    cfg = SessionConfig(db="x.db", cycles=2, sleep_objective="opcd", max_tokens=64, temperature=0.7)
+    d = sleep_config(cfg, 1)
+    assert d.objective == "opcd" and d.train.sample_tokens == 64 and d.train.temperature == 1.0
+    # it reads no reward: a rubric session may sleep with it, and only with it
+    assert SessionConfig(db="x.db", cycles=2, sleep_objective="opcd", reward="rubric-explicit",
+                         critic="local").sleep == "opcd"
+    with pytest.raises(ValueError, match="only with --sleep-objective opcd"):
+        SessionConfig(db="x.db", cycles=2, sleep_objective="grpo", reward="rubric-explicit", critic="local")
+    with pytest.raises(ValueError, match="--sleep-kl-coef applies to the sleep objectives grpo and guide-grpo"):
+        SessionConfig(db="x.db", cycles=2, sleep_objective="opcd", sleep_kl_coef=0.1)
+    assert sleep_config(SessionConfig(db="x.db", cycles=2, sleep_objective="grpo", sleep_kl_coef=0.1), 1).train.kl_coef == 0.1
