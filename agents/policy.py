@@ -48,6 +48,7 @@ FAULT_KINDS = (
     "timeout",  # no reply within the request timeout
     "connection",  # connection refused, reset or closed without a reply
     "oversized",  # a reply longer than max_tokens can produce, cut to the bound (the rollout is kept)
+    "verifier",  # not an endpoint's: the task's verifier raised on the answer, so the rollout is ungraded
 )
 
 

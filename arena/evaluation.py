@@ -23,7 +23,7 @@ from arena.episode.prompt import retrieve_for_task
 from arena.episode.rewards import RewardStrategy, RubricReward
 from arena.stats import paired_comparison, wilson_interval
 from arena.tasks.extract import extract_answer
-from arena.tasks.model import Task
+from arena.tasks.model import Task, VerifierError
 from arena.tasks.verify import score
 from lessons.library.store import LessonStore
 from lessons.outcomes import count_passes, passes
@@ -37,7 +37,8 @@ def wilson_summary(n_passes: int, n: int, with_passes: bool = True) -> dict[str,
 
     Args:
         n_passes: tasks passed (0 ≤ n_passes ≤ n).
-        n: tasks evaluated; 0 gives pass@1 0.0 and the interval ``[0.0, 1.0]``.
+        n: tasks evaluated; 0 gives pass@1 None (nothing was measured: not a score of 0) and the
+            interval ``[0.0, 1.0]``.
         with_passes: include ``"passes"`` (the count) between ``"n"`` and ``"ci95"``, as
             ``arena distill`` / ``arena eval`` report it; the session summary, the cycles and
             ``arena bench learning`` leave it out (each keeps its output as it was).
@@ -49,7 +50,7 @@ def wilson_summary(n_passes: int, n: int, with_passes: bool = True) -> dict[str,
         ValueError: ``n_passes`` outside ``[0, n]`` (from :func:`arena.stats.wilson_interval`).
     """
     lo, hi = wilson_interval(n_passes, n)
-    out: dict[str, Any] = {"pass_at_1": round(n_passes / n, 4) if n else 0.0, "n": n}
+    out: dict[str, Any] = {"pass_at_1": round(n_passes / n, 4) if n else None, "n": n}
     if with_passes:
         out["passes"] = n_passes
     out["ci95"] = [round(lo, 4), round(hi, 4)]
@@ -175,7 +176,7 @@ def evaluate_heldout(
     rewards, rows = [], []
     for t, c, ids in zip(tasks, outs, shown):
         fault: EndpointFault | None = c if isinstance(c, EndpointFault) else None
-        ans, r = None, None
+        ans, r, crash = None, None, None
         if fault is None and judged:
             try:
                 g = reward.grade(t, [c], session_id)[0]
@@ -184,11 +185,16 @@ def evaluate_heldout(
                 fault = e
         elif fault is None:
             ans = extract_answer(c.text)
-            r = score(t, ans)
+            try:
+                r = score(t, ans)
+            except VerifierError as e:  # ungraded with the reason, not a fail
+                crash = str(e)
         rewards.append(r)
         row: dict[str, Any] = {"task_key": t.task_key, "extracted_answer": ans, "reward": r, "lessons": ids}
         if fault is not None:
             row.update(fault=fault.kind, error=str(fault))
+        elif crash is not None:
+            row.update(fault="verifier", error=crash)
         elif c.fault:
             row["fault"] = c.fault  # "oversized": cut to the bound, still graded
         rows.append(row)

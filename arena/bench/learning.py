@@ -156,12 +156,19 @@ def sampled_pass(policy: Any, chats: Sequence[Sequence[dict[str, str]]], tasks: 
 
     from arena.stats import pass_at_k
     from arena.tasks.extract import extract_answer
+    from arena.tasks.model import VerifierError
     from arena.tasks.verify import score
     from lessons.outcomes import passes
 
+    def ok(task: Any, text: str) -> bool:
+        try:
+            return passes(score(task, extract_answer(text)))
+        except VerifierError:  # a sample that crashes the verifier does not pass
+            return False
+
     def correct(i: int) -> int:
         outs = policy.sample(chats[i], n=k, temperature=temperature, max_tokens=max_tokens, seed=seed + i)
-        return sum(passes(score(tasks[i], extract_answer(o.text))) for o in outs)
+        return sum(ok(tasks[i], o.text) for o in outs)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         counts = list(pool.map(correct, range(len(tasks))))
@@ -238,7 +245,7 @@ def run_learning_bench(
         if name != "base" and base_passes and len(passes) == len(base_passes):
             rec["vs_base"] = paired_comparison(passes, base_passes)
         results[name] = rec
-        say(f"{name}: held-out pass@1 {rec['heldout']['pass_at_1']:.3f} {rec['heldout']['ci95']} "
+        say(f"{name}: held-out pass@1 {rec['heldout']['pass_at_1']} {rec['heldout']['ci95']} "
             f"({rec.get('rollouts', 0)} rollouts, {rec.get('wall_s', 0):.0f} s)")
 
     def record(**extra: Any) -> dict[str, Any]:
@@ -252,7 +259,7 @@ def run_learning_bench(
             **extra,
         }
         oracle, loop = results.get("oracle"), results.get("loop")
-        if oracle and loop and oracle["heldout"]["pass_at_1"] > 0:
+        if oracle and loop and loop["heldout"]["pass_at_1"] is not None and (oracle["heldout"]["pass_at_1"] or 0) > 0:
             result["loop_over_oracle"] = round(loop["heldout"]["pass_at_1"] / oracle["heldout"]["pass_at_1"], 4)
         tmp = out / "learning.json.tmp"  # after every condition: a crash later loses nothing measured
         tmp.write_text(json.dumps(result, indent=2) + "\n")
@@ -269,7 +276,7 @@ def run_learning_bench(
                     finish("base", base_passes, **rec, wall_s=round(time.perf_counter() - t0, 1))
             elif name == "oracle":
                 results["oracle"] = _oracle(bcfg, splits, heldout, k_tasks, base_passes, t0, out)
-                say(f"oracle: held-out pass@1 {results['oracle']['heldout']['pass_at_1']:.3f} (ceiling)")
+                say(f"oracle: held-out pass@1 {results['oracle']['heldout']['pass_at_1']} (ceiling)")
             else:
                 passes, rec = _session_condition(name, bcfg, splits, k_tasks, out, console)
                 finish(name, passes, **rec, wall_s=round(time.perf_counter() - t0, 1))

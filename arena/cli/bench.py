@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from arena.cli.support import EXIT_INTERRUPTED, fail, quiet_libraries
+from arena.cli.support import EXIT_INTERRUPTED, fail, fmt_rate, quiet_libraries
 
 bench_app = typer.Typer(help="Benchmarks that print ratios against a named baseline.", no_args_is_help=True)
 
@@ -168,7 +168,7 @@ def bench_learning(
         spk = sp.get(f"pass_at_{sp.get('k')}")
         vs = f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}], p={v['p_value']:.3g}" if v else "-"
         t.add_row(name + (" (ceiling)" if r.get("ceiling") else "") + (" !" if r.get("error") else ""),
-                  f"{h['pass_at_1']:.3f} [{h['ci95'][0]:.3f}, {h['ci95'][1]:.3f}]", vs,
+                  f"{fmt_rate(h['pass_at_1'])} [{h['ci95'][0]:.3f}, {h['ci95'][1]:.3f}]", vs,
                   f"{sp['pass_at_1']:.3f} / {spk:.3f} (k={sp['k']}, n={sp['n']})" if sp else "-",
                   str(r["rollouts"]), str(r["train_tokens"]), f"{r['wall_s']:.0f}")
     Console().print(t)

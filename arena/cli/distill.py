@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from arena.cli.critic import critic_calibrate
-from arena.cli.support import EXIT_INTERRUPTED, config_error, fail, quiet_libraries, require_db_file
+from arena.cli.support import EXIT_INTERRUPTED, config_error, fail, fmt_rate, quiet_libraries, require_db_file
 
 
 def _print_eval_table(title: str, evals: dict, console: Console) -> None:
@@ -25,7 +25,7 @@ def _print_eval_table(title: str, evals: dict, console: Console) -> None:
         t.add_column(col)
     for name, e in evals.items():
         lo, hi = e["ci95"]
-        t.add_row(CONDITION_LABELS.get(name, name), f"{e['pass_at_1']:.3f}", f"[{lo:.3f}, {hi:.3f}]", str(e["n"]))
+        t.add_row(CONDITION_LABELS.get(name, name), fmt_rate(e["pass_at_1"]), f"[{lo:.3f}, {hi:.3f}]", str(e["n"]))
     console.print(t)
 
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from arena.cli.support import EXIT_INTERRUPTED, config_error, fail, quiet_libraries
+from arena.cli.support import EXIT_INTERRUPTED, config_error, fail, fmt_rate, quiet_libraries
 
 
 def run(
@@ -176,7 +176,7 @@ def _fmt_eval(e: dict | None) -> str:
     if not e:
         return "-"
     lo, hi = e["ci95"]
-    return f"{e['pass_at_1']:.3f}  [{lo:.3f}, {hi:.3f}]  n={e['n']}"
+    return f"{fmt_rate(e['pass_at_1'])}  [{lo:.3f}, {hi:.3f}]  n={e['n']}"
 
 
 def _fmt_paired(p: dict | None) -> str:

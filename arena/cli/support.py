@@ -21,6 +21,11 @@ EXIT_INTERRUPTED = 130
 _FLAG_OF_FIELD = {"families": "family", "hint_modes": "hint-mode"}  # config fields whose flag is named otherwise
 
 
+def fmt_rate(x: float | None) -> str:
+    """A pass rate to 3 places, or ``n/a`` where nothing was measured (n = 0 gives None)."""
+    return "n/a" if x is None else f"{x:.3f}"
+
+
 def fail(message: str, code: int = EXIT_USER_ERROR) -> typer.Exit:
     """Print ``arena: error: <message>`` as one line on stderr and return the Exit to raise."""
     line = " ".join(str(message).split())

@@ -231,21 +231,25 @@ def collect_data(
         NoTrainingData: no eligible example (the message lists what was skipped and why).
         lessons.library.store.StoreError: no such session.
     """
-    rollouts = AdapterStore(store).training_rollouts(session)
+    astore = AdapterStore(store)
+    rollouts = astore.training_rollouts(session)  # eligible ones only: never ungraded, never reward-hack flagged
+    excluded = astore.training_exclusions(session, rounds)
     if rounds is not None:
         rollouts = [r for r in rollouts if r.episode_round in rounds]
     if cfg.objective in RL_OBJECTIVES:
         data = build_rl_dataset(rollouts, cfg.objective)
+        data.skipped.update(excluded)
         require_rl_examples(data, session)
-        return rollouts, data
-    if cfg.objective in ON_POLICY_OBJECTIVES:
+    elif cfg.objective in ON_POLICY_OBJECTIVES:
         from arena.distill.opcd import build_opcd_dataset, require_opcd_examples
 
         data = build_opcd_dataset(rollouts, strip_lessons_section)
+        data.skipped.update(excluded)
         require_opcd_examples(data, session)
-        return rollouts, data
-    data = build_dataset(rollouts, cfg.objective, cfg.success_threshold, strip_lessons_section)
-    require_examples(data, session, cfg.success_threshold)
+    else:
+        data = build_dataset(rollouts, cfg.objective, cfg.success_threshold, strip_lessons_section)
+        data.skipped.update(excluded)
+        require_examples(data, session, cfg.success_threshold)
     return rollouts, data
 
 

@@ -34,7 +34,7 @@ from agents.roles.critic import grade_group
 from agents.roles.rubric import failed_criteria, judge_explicit, judge_implicit
 from arena.episode.state import GradeEntry
 from arena.tasks.extract import extract_answer
-from arena.tasks.model import Task
+from arena.tasks.model import Task, VerifierError
 from arena.tasks.verify import has_verifier, score, verifier_feedback
 from lessons.criteria import Criterion, criterion_body
 
@@ -61,16 +61,40 @@ class VerifierReward:
         self.critic = critic
 
     def grade(self, task: Task, completions: Sequence[Completion], session_id: int, seed: int | None = None) -> list[GradeEntry]:
+        """One grade per completion; an answer the verifier crashes on is ungraded (fault ``verifier``), not 0."""
+        crashed: dict[str | None, str] = {}  # extracted answer -> the verifier's error
+
+        def verify(answer: str | None) -> float:
+            try:
+                return score(task, answer)
+            except VerifierError as e:
+                crashed[answer] = str(e)
+                return 0.0  # replaced below by an ungraded entry
+
+        def feedback(answer: str | None) -> str:
+            try:
+                return verifier_feedback(task, answer)
+            except VerifierError as e:
+                crashed[answer] = str(e)
+                return f"ungraded: {e}"
+
         grades = grade_group(
             completions,
             extract=extract_answer,
-            verify=lambda a: score(task, a),
-            feedback=lambda a: verifier_feedback(task, a),
+            verify=verify,
+            feedback=feedback,
             question=task.question,
             critic=self.critic,
             reference_answer=task.answer,
         )
-        return [{"reward": g.reward, "extracted_answer": g.extracted_answer, "critique": g.critique} for g in grades]
+        return [verifier_crash_grade(g.extracted_answer, crashed[g.extracted_answer]) if g.extracted_answer in crashed
+                else {"reward": g.reward, "extracted_answer": g.extracted_answer, "critique": g.critique} for g in grades]
+
+
+def verifier_crash_grade(answer: str | None, error: str) -> GradeEntry:
+    """The grade of a rollout whose answer crashed the verifier: ungraded (reward None) with the reason."""
+    return {"reward": None, "extracted_answer": answer, "critique": f"ungraded: {error}"[:300], "graded": False,
+            "fault": "verifier"}
 
 
 # =======================================================================================
@@ -227,10 +251,12 @@ class RubricReward:
         res = judge(self.judge, task.question, text, rubric.criteria, reference=reference,
                     max_tokens=self.max_tokens, seed=seed, retries=self.retries)
         answer = extract_answer(text)
-        verifier_reward = score(task, answer) if has_verifier(task) else None
-        notes = [res.critique]
-        if verifier_reward is not None:
-            notes.append(f"verifier: {verifier_feedback(task, answer)}")
+        try:
+            verifier_reward = score(task, answer) if has_verifier(task) else None
+            verifier_note = f"verifier: {verifier_feedback(task, answer)}" if verifier_reward is not None else ""
+        except VerifierError as e:  # the judge's grade stands; the hack check loses its verifier signal
+            verifier_reward, verifier_note = None, f"verifier: {e}"
+        notes = [res.critique, verifier_note]
         if finish_reason == "length":
             notes.append("output was cut off at the token limit")
         flags = detect_hacks(

@@ -39,7 +39,7 @@ from typing import Any, Literal
 from agents.policy import EndpointFault
 from arena.tasks.curriculum import DifficultyLadder, Rung, draw_at_rung, rung_at, step_tag
 from arena.tasks.extract import extract_answer, normalise_text
-from arena.tasks.model import FamilySpec, Task, TaskError, TaskSplits
+from arena.tasks.model import FamilySpec, Task, TaskError, TaskSplits, VerifierError
 from arena.tasks.seeds import episode_seed
 from arena.tasks.verify import answers_match, score
 from lessons.library.curriculum import CurriculumRecords, CurriculumStep, ProposalRecord, StoredTask
@@ -352,7 +352,10 @@ class SessionCurriculum:
 
             def verify(proposed: str, computed: str, family: str = parent.family, ov: dict = overrides) -> float:
                 probe = Task("probe", family, "train", "", computed, "reasoning_gym", {"overrides": ov})
-                return score(probe, proposed)
+                try:
+                    return score(probe, proposed)
+                except VerifierError:  # an answer the family's verifier cannot score is not confirmed
+                    return 0.0
 
             result: ProposalResult = check_proposal(
                 proposal, view, known, normalise_text, checker=checker, verify=verify if checker else None,

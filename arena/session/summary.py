@@ -34,12 +34,14 @@ from lessons.outcomes import (
 def stored_eval_summary(e: EvaluationInfo | None) -> dict[str, Any] | None:
     """A recorded evaluation as ``{"pass_at_1", "n", "ci95"}`` (its stored interval, rounded to 4 places), or None.
 
+    pass@1 is None when no task was graded (n = 0): the row stores 0.0 there, which is not a score.
+
     The interval is the one recorded with the row (not recomputed), so a summary of an old
     session reads what was measured then.
     """
     if e is None:
         return None
-    return {"pass_at_1": round(e.pass_at_1, 4), "n": e.n, "ci95": [round(e.ci_lo, 4), round(e.ci_hi, 4)]}
+    return {"pass_at_1": round(e.pass_at_1, 4) if e.n else None, "n": e.n, "ci95": [round(e.ci_lo, 4), round(e.ci_hi, 4)]}
 
 
 def rounds_summary(store: LessonStore, session_id: int, rollouts: int) -> list[dict[str, Any]]:

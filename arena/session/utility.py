@@ -19,6 +19,7 @@ learning" asks for exactly this check before a lesson is trusted.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,13 +28,15 @@ from agents.policy import EndpointFault, Policy
 from agents.roles.solver import LessonView, render_lessons, solver_messages
 from arena.stats import paired_difference_interval
 from arena.tasks.extract import extract_answer
-from arena.tasks.model import Task
+from arena.tasks.model import Task, VerifierError
 from arena.tasks.verify import score
 from lessons.library.curation import Provenance
 from lessons.library.retrieval import rank_lessons
 from lessons.library.store import LessonInfo, LessonStore
 from lessons.ops import GLOBAL_SCOPE, normalise_scope
 from lessons.outcomes import passes
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ def measure_lesson(
                 max_tokens=settings.max_tokens,
                 seed=seed + i,
             )
-            outcomes += [passes(score(task, extract_answer(o.text))) for o in outs]
+            outcomes += [_passes(task, o.text) for o in outs]
     effect, lo, hi = paired_difference_interval(with_pass, without_pass)
     n = len(with_pass)
     return UtilityResult(
@@ -193,3 +196,12 @@ def maybe_check_utility(
     if done == 0 or done % settings.every or done in store.utility_checks(session_id):
         return []
     return run_utility_check(store, solver, session_id, train_tasks, done, settings, seed)
+
+
+def _passes(task: Task, text: str) -> bool:
+    """Whether a utility sample passes; a sample that crashes the verifier counts as not passing (logged)."""
+    try:
+        return passes(score(task, extract_answer(text)))
+    except VerifierError as e:
+        log.warning("utility sample of %s not passed: %s", task.task_key, e)
+        return False

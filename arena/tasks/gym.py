@@ -21,7 +21,7 @@ from collections.abc import Collection
 from typing import Any
 
 from arena.tasks.extract import normalise_text
-from arena.tasks.model import FamilySpec, Split, Task, TaskError
+from arena.tasks.model import FamilySpec, Split, Task, TaskError, VerifierError
 from arena.tasks.seeds import SEED_BLOCK, dataset_seed, max_draws
 
 log = logging.getLogger(__name__)
@@ -420,20 +420,23 @@ def gym_score(task: Task, extracted: str) -> float:
         extracted: the solver's extracted answer (not empty).
 
     Returns:
-        The reward clamped to [0, 1]; 0.0 when ``score_answer`` raises or returns a non-number
-        (a verifier crash on odd input must not end a session).
+        The reward clamped to [0, 1].
 
     Raises:
         TaskError: the task's family is not registered.
+        VerifierError: ``score_answer`` raised or returned something that is not a number in
+            [0, 1] (a verifier crash on odd input): the caller records the rollout as ungraded
+            with this reason — a crash is not a score of 0.
     """
     entry = _entry_of(task)
     dataset = _cached_dataset(_task_spec(task))
     try:
         reward = dataset.score_answer(answer=extracted, entry=entry)
-    except Exception as e:  # a verifier crash on odd input scores 0, it must not end a session
-        log.warning("score_answer of %s raised %s: %s; reward 0", task.family, type(e).__name__, e)
-        return 0.0
+    except Exception as e:  # noqa: BLE001 - any crash of third-party verifier code on odd input
+        raise VerifierError(f"the {task.family} verifier raised {type(e).__name__} on answer {extracted[:40]!r}: "
+                            f"{' '.join(str(e).split())[:120]}") from e
     try:
         return _clamp(reward)
     except (TypeError, ValueError):
-        return 0.0
+        raise VerifierError(f"the {task.family} verifier returned {reward!r:.40} for answer {extracted[:40]!r}, "
+                            "not a number") from None

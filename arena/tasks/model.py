@@ -22,6 +22,13 @@ class TaskError(ValueError):
     """
 
 
+class VerifierError(RuntimeError):
+    """A task's verifier crashed on an answer (third-party code on odd input); one line naming family and answer.
+
+    Not a user error and not a score: the rollout it grades is recorded as ungraded with the reason.
+    """
+
+
 @dataclass(frozen=True)
 class Task:
     """One prompt with a verifier.

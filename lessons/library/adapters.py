@@ -17,12 +17,13 @@ and uses its sessions (short transactions, ``BEGIN IMMEDIATE`` for writes on SQL
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from lessons.db.schema import (
     ADAPTER_LESSON_RELATIONS,
@@ -38,6 +39,7 @@ from lessons.db.schema import (
     TaskRow,
     utcnow,
 )
+from lessons.library.rubrics import training_filter
 from lessons.library.store import LessonStore, StoreError
 
 ADAPTER_PREFIX = "adapter-"
@@ -115,27 +117,56 @@ class AdapterStore:
 
     # ----------------------------------------------------------------- training data
 
-    def training_rollouts(self, session: str) -> list[TrainingRollout]:
-        """Every rollout of the session's train tasks, in recording order.
+    @staticmethod
+    def _session_id(s: Any, session: str) -> int:
+        sid = s.scalar(select(SessionRow.id).where(SessionRow.name == session))
+        if sid is None:
+            raise StoreError(f"no session named {session!r}")
+        return int(sid)
 
-        Held-out tasks never appear here (they are not run through episodes, and the query
-        keeps ``split == "train"`` anyway), nor do rollouts an endpoint fault left without a
-        completion (finish reason ``fault``, reward NULL).
+    def training_exclusions(self, session: str, rounds: Collection[int] | None = None) -> dict[str, int]:
+        """Train rollouts :meth:`training_rollouts` leaves out, by reason: ``ungraded``, ``reward_hack_flagged``.
+
+        ``rounds``: count only episodes of these session rounds; None: every round.
 
         Raises:
             StoreError: no session called ``session``.
         """
         with self.store.read() as s:
-            sid = s.scalar(select(SessionRow.id).where(SessionRow.name == session))
-            if sid is None:
-                raise StoreError(f"no session named {session!r}")
+            sid = self._session_id(s, session)
+            train = (select(RolloutRow).join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
+                     .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
+                     .where(EpisodeRow.session_id == sid, TaskRow.split == "train"))
+            if rounds is not None:
+                train = train.where(EpisodeRow.round.in_(list(rounds)))
+            graded = s.scalar(select(func.count()).select_from(train.where(training_filter(include_flagged=True)).subquery()))
+            eligible = s.scalar(select(func.count()).select_from(train.where(training_filter()).subquery()))
+            total = s.scalar(select(func.count()).select_from(train.subquery()))
+        out = {"ungraded": int(total - graded), "reward_hack_flagged": int(graded - eligible)}
+        return {k: n for k, n in out.items() if n}
+
+    def training_rollouts(self, session: str) -> list[TrainingRollout]:
+        """Every rollout of the session's train tasks that may become training data, in recording order.
+
+        The one data path of every distillation objective, so the rule holds for all of them:
+        only rollouts :func:`lessons.library.rubrics.eligible_for_training` accepts — never an
+        ungraded one (an endpoint fault, a judge that never answered, a verifier that crashed:
+        reward NULL) nor one with reward-hack flags (:func:`~lessons.library.rubrics.training_filter`
+        in the query; :meth:`training_exclusions` counts what it left out). Held-out tasks never
+        appear (they are not run through episodes, and the query keeps ``split == "train"``).
+
+        Raises:
+            StoreError: no session called ``session``.
+        """
+        with self.store.read() as s:
+            sid = self._session_id(s, session)
             rows = s.execute(
                 select(RolloutRow, TaskRow.task_key, TaskRow.family, EpisodeRow.lessons_in_context, HintRow.text,
                        EpisodeRow.round)
                 .join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
                 .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
                 .outerjoin(HintRow, RolloutRow.hint_id == HintRow.id)
-                .where(EpisodeRow.session_id == sid, TaskRow.split == "train", RolloutRow.finish_reason != "fault")
+                .where(EpisodeRow.session_id == sid, TaskRow.split == "train", training_filter())
                 .order_by(RolloutRow.id)
             ).all()
             return [

@@ -9,6 +9,7 @@ from pathlib import Path
 from agents.roles.solver import LessonView, render_lessons, solver_messages
 from arena.config import SessionConfig
 from arena.tasks.sources import load_tasks
+from lessons.db.schema import EpisodeRow, RolloutRow
 from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
 from lessons.ops import AddOp, Reflection
 
@@ -62,3 +63,15 @@ def solver_responder(messages, i):
 
 def teacher_responder(messages, i):
     return json.dumps({"analysis": "ok", "add": [], "tags": []})
+
+
+def session_rollouts(store: LessonStore, name: str) -> list[RolloutRow]:
+    """Every stored rollout row of session ``name`` (episode order, then rollout index), detached."""
+    from sqlalchemy import select
+
+    sid = store.get_session(name).id
+    with store.read() as s:
+        rows = s.scalars(select(RolloutRow).join(EpisodeRow).where(EpisodeRow.session_id == sid)
+                         .order_by(EpisodeRow.id, RolloutRow.idx)).all()
+        s.expunge_all()
+    return list(rows)

@@ -189,3 +189,30 @@ def test_adapter_goes_to_the_local_solver_only_and_its_distilled_lessons_leave_t
             "adapter-0001", str(tmp_path / "ad"), "fp", "distill", None, {}, {}, {}, {}, ["chain_sum-00001"],
             {"chain_sum-00001": "kept"}))
         assert adapter_distilled_lessons(store, str(tmp_path / "ad")) == ("chain_sum-00001",)
+
+
+@pytest.mark.parametrize("objective", ["distill", "guide-grpo", "opcd"])
+def test_ungraded_and_flagged_rollouts_never_become_training_data(objective, db, tiny, arena_inproc):
+    """Every objective's data path keeps to `eligible_for_training` (issue "Faults, bad input and speed", claims)."""
+    with sqlite3.connect(db) as c:
+        first, second = [r[0] for r in c.execute("select id from episodes order by id")]
+        c.execute("update rollouts set hack_flags = '[\"verifier_disagrees\"]' where episode_id = ? and idx = 0", (first,))
+        c.execute("update rollouts set reward = NULL, grading_status = 'ungraded' where episode_id = ? and guided = 1",
+                  (second,))
+        flagged = c.execute("select id from rollouts where episode_id = ? and idx = 0", (first,)).fetchone()[0]
+        ungraded = c.execute("select id from rollouts where episode_id = ? and guided = 1", (second,)).fetchone()[0]
+        # a fourth unguided rollout in the first episode, so guide-grpo keeps a group with unequal rewards
+        c.execute("insert into rollouts (episode_id, idx, messages, completion, extracted_answer, reward, critique, "
+                  "prompt_tokens, completion_tokens, finish_reason, latency_s, guided, token_ids, logprobs) "
+                  "select episode_id, 5, messages, completion, extracted_answer, reward, critique, prompt_tokens, "
+                  "completion_tokens, finish_reason, latency_s, guided, token_ids, logprobs from rollouts "
+                  "where id = ?", (flagged,))
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", objective, "--steps", "1",
+                        "--eval-max-tokens", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)["data"]
+    assert data["skipped"]["ungraded"] == 1 and data["skipped"]["reward_hack_flagged"] == 1
+    with sqlite3.connect(db) as c:
+        prov = json.loads(c.execute("select data from adapters").fetchone()[0])
+    used = set(prov["rollout_ids"])
+    assert used and flagged not in used and ungraded not in used

@@ -13,7 +13,7 @@ import sqlite3
 
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
-from sqlalchemy import select
+from session_scripts import session_rollouts as rollouts
 
 from agents.backends.openai_backend import MAX_CHARS_PER_TOKEN, OpenAIPolicy
 from agents.policy import EndpointFault
@@ -22,7 +22,6 @@ from arena.config import SessionConfig
 from arena.episode.context import Roles
 from arena.session.runner import checkpoint_path, run_session
 from arena.tasks.sources import load_tasks
-from lessons.db.schema import EpisodeRow, RolloutRow
 from lessons.library.store import LessonStore
 
 LESSON = "Add the ones digits first, then the tens, and carry when a column passes nine."
@@ -68,15 +67,6 @@ def session(tmp_path):
 
     yield store, splits, cfg, run
     store.close()
-
-
-def rollouts(store: LessonStore, name: str) -> list[RolloutRow]:
-    sid = store.get_session(name).id
-    with store.read() as s:
-        rows = s.scalars(select(RolloutRow).join(EpisodeRow).where(EpisodeRow.session_id == sid)
-                         .order_by(EpisodeRow.id, RolloutRow.idx)).all()
-        s.expunge_all()
-    return list(rows)
 
 
 def eval_faults(store: LessonStore, name: str) -> dict[str, int]:

@@ -27,6 +27,23 @@ def test_conditions_differ_only_in_what_they_learn_with(tmp_path):
         assert cfgs[name].cycles == 2 and cfgs[name].sleep_steps == 40
 
 
+def test_on_policy_rows_continue_the_sampling_adapter(tmp_path):
+    bcfg = LearningBenchConfig()
+    cfgs = {c: session_config(c, bcfg, tmp_path / f"{c}.db") for c in ("grpo", "guide-grpo", "opcd", "sft")}
+    for name in ("grpo", "guide-grpo", "opcd"):  # on-policy: each cycle's rollouts come from the current adapter
+        assert cfgs[name].sleep == name and cfgs[name].sleep_from == "previous" and cfgs[name].cycles == 2
+        assert (cfgs[name].sleep_steps, cfgs[name].sleep_lr) == (cfgs["sft"].sleep_steps, cfgs["sft"].sleep_lr)
+    assert cfgs["sft"].sleep_from == "base"
+    # grpo is Guide's ablation: no hints; guide-grpo adds the guided groups; neither writes or shows lessons
+    assert cfgs["grpo"].hint_modes == [] and cfgs["guide-grpo"].hint_modes == ["feedback", "answer"]
+    for name in ("grpo", "guide-grpo"):
+        assert cfgs[name].lesson_tokens == 0 and not cfgs[name].reflect and cfgs[name].utility_every == 0
+    # opcd distils what the solver had in context: lessons (reflection on) and hints
+    assert cfgs["opcd"].reflect and cfgs["opcd"].lesson_tokens == 512 and cfgs["opcd"].hint_modes
+    one = LearningBenchConfig(cycles=1)  # one cycle: the previous policy is the base model
+    assert session_config("grpo", one, tmp_path / "g.db").sleep_from == "base"
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(LearningBenchError, match="unknown condition"):
         LearningBenchConfig(conditions=["base", "magic"])
@@ -60,13 +77,17 @@ def test_quick_bench_end_to_end(tmp_path):
         if name != "base":
             v = c["vs_base"]
             assert v["n"] == 4 and 0 <= v["p_value"] <= 1 and v["b_pass_at_1"] == base["heldout"]["pass_at_1"]
-    for name in ("lessons", "sft", "distill", "loop"):
+    for name in ("lessons", "sft", "distill", "grpo", "guide-grpo", "opcd", "loop"):
         c = result["conditions"][name]
         assert c["rollouts"] >= 16  # 4 train tasks x k=4, plus guided ones where hints are on
         assert c["curve"][0][0] == 0 and c["curve"][-1][0] == c["rollouts"]
-    for name in ("sft", "distill", "loop"):
+    for name in ("sft", "distill", "grpo", "guide-grpo", "opcd", "loop"):
         assert result["conditions"][name]["adapters"] == ["adapter-0001"]
         assert result["conditions"][name]["train_tokens"] > 0
+        (sleep,) = result["conditions"][name]["lessons"]
+        assert sleep["cycle"] == 1 and set(sleep["distilled"]) <= set(sleep["in_context"])
+        assert all(sleep[k] is None or 0 <= sleep[k] <= 1 for k in ("wake", "wake_lessons", "adapter"))
+    assert result["conditions"]["grpo"]["rollouts"] == 16  # no hints: exactly 4 tasks x k = 4
     assert result["conditions"]["oracle"]["ceiling"] is True and result["conditions"]["oracle"]["steps"] == 1
     assert json.loads((out / "learning.json").read_text())["conditions"].keys() == result["conditions"].keys()
     img = Image.open(out / "learning.png").convert("L")

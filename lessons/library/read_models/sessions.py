@@ -94,10 +94,10 @@ class SessionReads:
                     .group_by(EpisodeRow.session_id)
                 )
             }
-            ev: dict[tuple[int, str], float] = {
-                (sid, name): p
-                for sid, name, p in s.execute(
-                    select(EvaluationRow.session_id, EvaluationRow.name, EvaluationRow.pass_at_1).where(
+            ev: dict[tuple[int, str], float | None] = {
+                (sid, name): p if n else None  # n = 0: nothing graded, no pass@1
+                for sid, name, p, n in s.execute(
+                    select(EvaluationRow.session_id, EvaluationRow.name, EvaluationRow.pass_at_1, EvaluationRow.n).where(
                         EvaluationRow.name.in_([HELDOUT_BEFORE, HELDOUT_AFTER])
                     )
                 )
@@ -186,12 +186,13 @@ class SessionReads:
                 events.setdefault(lid, []).append(_Event(*cols, _as_utc(at)))
             evals = {
                 name: p
-                for name, p in s.execute(
-                    select(EvaluationRow.name, EvaluationRow.pass_at_1).where(
+                for name, p, n in s.execute(
+                    select(EvaluationRow.name, EvaluationRow.pass_at_1, EvaluationRow.n).where(
                         EvaluationRow.session_id == session_id,
                         EvaluationRow.name.in_([HELDOUT_BEFORE, HELDOUT_AFTER]),
                     )
                 )
+                if n  # n = 0: nothing graded, no point on the curve
             }
         history: dict[int, StatusHistory] = {lid: replay_status(status, events.get(lid, ())) for lid, status, _ in lessons}
         created = {lid: _as_utc(at) for lid, _, at in lessons}
