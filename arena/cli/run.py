@@ -193,11 +193,11 @@ def print_summary(summary: dict, console: Console) -> None:
     t.add_column("value")
     for key in (
         "episodes", "rollouts", "mean_reward", "lessons_added", "lessons_active", "lessons_candidate",
-        "lessons_retired", "library_tokens_used", "utility_checks", "reflections_failed",
+        "lessons_retired", "library_tokens_used", "utility_checks", "reflections_failed", "curation_rejected",
     ):
         t.add_row(key.replace("_", " "), str(summary.get(key)))
     faults = summary.get("faults") or {}
-    t.add_row("endpoint faults", ", ".join(f"{k} {v}" for k, v in faults.items()) or "none")
+    t.add_row("faults", ", ".join(f"{k} {v}" for k, v in faults.items()) or "none")
     t.add_row("all-fail groups → guided", f"{summary.get('all_fail_groups')} → {summary.get('guided_groups')} "
               f"(guided success rate {summary.get('guided_success_rate')})")
     t.add_row("pass@k unguided → with hints", f"{summary.get('pass_at_k_unguided')} → {summary.get('pass_at_k_with_hints')}")

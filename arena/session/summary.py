@@ -95,6 +95,7 @@ def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: S
         "library_tokens": cfg.library_tokens,
         "utility_checks": len(store.utility_checks(session_id)),
         "reflections_failed": stats.get("reflections_failed", 0),
+        "curation_rejected": stats.get("curation_rejected", 0),
         "faults": store.fault_counts(session_id),  # endpoint faults by kind (rollouts and held-out tasks)
     }
     for name in EVAL_NAMES:

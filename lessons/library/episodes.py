@@ -128,7 +128,8 @@ class EpisodeRepository(Repository):
         :func:`lessons.library.curation.apply_reflection`): a new lesson starts as a ``candidate``
         ``f"{scope}-{n:05d}"``, a near-duplicate ADD upvotes the existing lesson, ops on
         lessons not in context and ops over the library budget are rejected (listed in
-        ``rejected_ops``), and votes move lessons along the life cycle.
+        ``rejected_ops`` and stored with the episode as ``curation_rejected``), and votes move
+        lessons along the life cycle.
 
         Lesson ids in context that are not in the library are skipped. ``mean_reward`` is
         the mean reward of the unguided rollouts (of all rollouts if every one is guided;
@@ -176,6 +177,7 @@ class EpisodeRepository(Repository):
                 result.upvoted, result.downvoted, result.neutral = c.upvoted, c.downvoted, c.neutral
                 result.edited, result.merged, result.retired, result.promoted = c.edited, c.merged, c.retired, c.promoted
                 result.rejected_ops = c.rejected
+                episode.curation_rejected = list(c.rejected) or None
             return result
 
     def _record_hint(

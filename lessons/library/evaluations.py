@@ -107,7 +107,7 @@ class EvaluationRepository(Repository):
             (ADD events from this session's episodes); ``lessons_active`` and
             ``lessons_candidate`` (lessons with that status in the whole library, all
             sessions); ``lessons_retired`` (likewise); ``reflections_failed`` (episodes stored
-            with a ``reflection_error``).
+            with a ``reflection_error``); ``curation_rejected`` (teacher ops the curator refused).
         """
         in_session = EpisodeRow.session_id == session_id
         with self.read() as s:
@@ -130,6 +130,8 @@ class EvaluationRepository(Repository):
                 s.scalar(select(func.count(EpisodeRow.id)).where(in_session, EpisodeRow.reflection_error.is_not(None)))
                 or 0
             )
+            refused = sum(len(r or []) for r in s.scalars(select(EpisodeRow.curation_rejected).where(
+                in_session, EpisodeRow.curation_rejected.is_not(None))))
         return {
             "episodes": episodes,
             "rollouts": rollouts,
@@ -140,6 +142,7 @@ class EvaluationRepository(Repository):
             "lessons_candidate": int(by_status.get("candidate", 0)),
             "lessons_retired": int(by_status.get("retired", 0)),
             "reflections_failed": failed,
+            "curation_rejected": refused,
         }
 
     def fault_counts(self, session_id: int) -> dict[str, int]:

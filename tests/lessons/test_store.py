@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 from lesson_texts import DISTINCT_LESSONS
-from sqlalchemy import event
+from sqlalchemy import event, select
 
+from lessons.db.schema import EpisodeRow
 from lessons.library.store import (
     EpisodeRecord,
     LessonStore,
@@ -480,13 +481,17 @@ def test_evaluations_upsert(store: LessonStore, sid: int, db_path: Path) -> None
 def test_session_stats(store: LessonStore, sid: int) -> None:
     assert store.session_stats(sid) == {
         "episodes": 0, "rollouts": 0, "guided_rollouts": 0, "mean_reward": 0.0, "lessons_added": 0, "lessons_active": 0,
-        "lessons_candidate": 0, "lessons_retired": 0, "reflections_failed": 0,
+        "lessons_candidate": 0, "lessons_retired": 0, "reflections_failed": 0, "curation_rejected": 0,
     }  # fmt: skip
     store.record_episode(episode(sid, "r001-a", rewards=(1.0, 0.0, 0.0, 1.0), add=[AddOp(text="Lesson from a.", scope="chain_sum")]))
     rec = episode(sid, "r001-b", rewards=(0.0, 0.0), add=[AddOp(text="Lesson from a.", scope="chain_sum")])  # dup
     rec.rollouts += [rollout(0, 1.0, guided=True), rollout(1, 1.0, guided=True)]
     rec.reflection_error = "tag for unknown lesson"
+    rec.reflection.tags = [LessonTag(lesson_id="chain_sum-00009", tag="helpful")]  # not in context: the curator refuses
     store.record_episode(rec)
+    with store.read() as s:  # stored with the episode, one line with the reason
+        (refused,) = s.scalars(select(EpisodeRow.curation_rejected).where(EpisodeRow.episode_key == "r001-b")).all()
+    assert len(refused) == 1 and "chain_sum-00009" in refused[0] and "not in context" in refused[0]
     other = store.create_session("s2", {}, 1)
     store.upsert_tasks(other, [FakeTask("chain_sum/train/00000")])
     store.record_episode(episode(other, "r001-a", rewards=(1.0,), add=[AddOp(text="Lesson from the other session.")]))
@@ -501,10 +506,11 @@ def test_session_stats(store: LessonStore, sid: int) -> None:
         "lessons_candidate": 2,  # the library, all sessions; the dup ADD upvoted once (< 2 promotes)
         "lessons_retired": 0,
         "reflections_failed": 1,
+        "curation_rejected": 1,
     }
     assert store.session_stats(other) == {
         "episodes": 1, "rollouts": 1, "guided_rollouts": 0, "mean_reward": 1.0, "lessons_added": 1, "lessons_active": 0,
-        "lessons_candidate": 2, "lessons_retired": 0, "reflections_failed": 0,
+        "lessons_candidate": 2, "lessons_retired": 0, "reflections_failed": 0, "curation_rejected": 0,
     }  # fmt: skip
     store.record_episode(episode(sid, "r002-a", rewards=(0.25, 0.75), rnd=2))
     assert store.round_rewards(sid) == {1: [[1.0, 0.0, 0.0, 1.0], [0.0, 0.0]], 2: [[0.25, 0.75]]}

@@ -251,3 +251,19 @@ def test_fingerprint_changes_on_writes(data: ArenaData):
     assert data.fingerprint() == fp
     data.vote("global-00001", "helpful")
     assert data.fingerprint() != fp
+
+
+def test_curator_rejections_show_on_the_episode(data: ArenaData, fx: Path):
+    from rich.console import Console
+
+    from tui.screens.episode import render_episode
+
+    assert data.episode(2).curation_rejected == []  # none recorded (and NULL in rows written before migration 0009)
+    with sqlite3.connect(fx) as c:
+        c.execute("UPDATE episodes SET curation_rejected = ? WHERE id = 2",
+                  ('["ADD: library budget of 512 tokens is full and no lesson can be evicted"]',))
+    d = data.episode(2)
+    assert d.curation_rejected == ["ADD: library budget of 512 tokens is full and no lesson can be evicted"]
+    console = Console(width=160, record=True)
+    console.print(render_episode(d))
+    assert "curator rejected: ADD: library budget of 512 tokens is full" in console.export_text()

@@ -69,6 +69,8 @@ def render_episode(d: EpisodeDetail) -> Group:
     if not d.events:
         ops.add_row("-", "", "", "", "no curation op")
     parts.append(ops)
+    for line in d.curation_rejected:
+        parts.append(Text(f"curator rejected: {line}", style="yellow"))
     if d.reflection_error:
         parts.append(Text(f"reflection failed: {d.reflection_error}", style="red"))
     return Group(*parts)

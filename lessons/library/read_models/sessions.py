@@ -259,6 +259,7 @@ class SessionReads:
                 lessons_in_context=[(lid, *current.get(lid, (None, None))) for lid in ids],
                 events=[],
                 reflection_error=e.reflection_error,
+                curation_rejected=[str(x) for x in e.curation_rejected or []],
             )
         return replace(detail, events=self._episode_events(episode_id, touched))
 

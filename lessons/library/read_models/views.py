@@ -88,6 +88,7 @@ class EpisodeDetail:
     lessons_in_context: list[tuple[str, str | None, str | None]]  # (lesson id, current text, status); None: gone
     events: list[EventInfo]  # curation ops this episode caused, in order
     reflection_error: str | None
+    curation_rejected: list[str] = field(default_factory=list)  # the teacher's ops the curator refused, with why
 
 
 @dataclass(frozen=True)
