@@ -214,6 +214,8 @@ class SessionCurriculum:
             label=unit.label, occurrence=unit.occurrence, exclude=self.seen,
         )
         self.fits(drawn)
+        # disjoint by construction: the next draw (this rung's held-out set after its train set) excludes these
+        self.seen |= {normalise_text(t.question) for t in drawn}
         self.records.add_tasks(self.session_id, drawn)
         self.stored.update(
             {t.task_key: StoredTask(t.task_key, t.family, t.split, t.question, t.answer, t.source, t.metadata, "generator", None)

@@ -451,3 +451,23 @@ def test_cli_refuses_proposals_without_the_frontier_curriculum(tmp_path):
     assert proc.stderr.strip() == (
         "arena: error: proposed tasks need the frontier curriculum; pass --curriculum frontier or --proposals 0")
     assert not (tmp_path / "a.db").exists()
+
+
+def test_final_heldout_is_disjoint_from_training_on_a_small_rung(tmp_path):
+    """At a 1-digit rung (a few hundred distinct questions) train and final-difficulty held-out draws collide
+    unless the held-out draw excludes the train questions just drawn at the same rung."""
+    two_digits = "chain_sum:min_terms=2,max_terms=2,min_digits=2,max_digits=2"
+    cfg, splits, store = session(tmp_path, families=(two_digits,), curriculum="frontier", proposals=0, rounds=2,
+                                 train=16, heldout=32)
+    summary = run_session(cfg, store, Roles(FakePolicy(lambda m, i: "<answer>-99999</answer>"), make_teacher()), splits,
+                          "small", checkpointer=InMemorySaver())
+    assert [r["step"] for r in summary["difficulty"]["chain_sum"]] == [0, -1]  # everything fails: down to 1 digit
+    tasks = CurriculumRecords(store).session_tasks(store.get_session("small").id)
+    small_train = {normalise_text(t.question) for t in tasks if t.split == "train"
+                   and (t.metadata.get("curriculum") or {}).get("step") == -1}
+    small_heldout = {normalise_text(t.question) for t in tasks if t.split == "heldout"
+                     and (t.metadata.get("curriculum") or {}).get("step") == -1}
+    assert len(small_train) == 16 and len(small_heldout) == 32
+    assert all(digits_of(q) <= 1 for q in small_train | small_heldout)
+    assert not small_train & small_heldout
+    store.close()
