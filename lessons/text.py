@@ -15,6 +15,13 @@ def contains_token(text: str, token: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(token)}(?!\w|\.\d)", text) is not None
 
 
+def redact_token(text: str, token: str, mask: str = "[reference answer withheld]") -> str:
+    """``text`` with every whole-word occurrence of ``token`` (as :func:`contains_token` finds them) replaced by ``mask``."""
+    if not token.strip():
+        return text
+    return re.sub(rf"(?<![\w.]){re.escape(token.strip())}(?!\w|\.\d)", mask, text)
+
+
 # Chat-control tokens of any template (<|im_start|>, <|eot_id|>, <s>, [INST], <<SYS>>,
 # <start_of_turn>), our section tags (<lessons>, </lessons, with any spacing/case, closed or
 # not), and markdown role headers (### Instruction).

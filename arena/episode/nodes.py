@@ -36,6 +36,7 @@ from lessons.library.rubrics import eligible_for_training
 from lessons.library.store import EpisodeRecord, HintRecord, RolloutRecord
 from lessons.ops import Reflection
 from lessons.outcomes import passes
+from lessons.text import redact_token
 
 LIBRARY_FULL_FRACTION = 0.8  # the teacher is asked to merge/retire once the library holds this share of its budget
 
@@ -263,7 +264,8 @@ def _teacher_reflect(ctx: EpisodeContext, state: EpisodeState, views: list[Rollo
         temperature=ctx.settings.teacher_temperature,
         max_tokens=ctx.settings.teacher_max_tokens,
         seed=state.get("seed"),
-        hint=h["text"] if h else None,
+        # the teacher never reads the reference answer: an `answer` hint part is shown with it withheld
+        hint=redact_token(h["text"], task.answer) if h else None,
         library_note=note,
     )
 

@@ -223,3 +223,40 @@ def test_resume_refuses_tasks_that_changed_and_ignores_stale_checkpoints(setup, 
     assert summary["episodes"] == 3 and sum(1 for _, n in solver.calls if n == 4) == 3
     other.close()
     conn.close()
+
+
+def test_where_the_reference_answer_goes_on_the_hint_path(setup):
+    """All-fail groups get `feedback,answer` hints: the answer reaches the solver's guided prompt only (Guide, STaR
+    rationalization) — never an unguided prompt, never the teacher's reflection (the hint is shown to it withheld)."""
+    from lessons.text import contains_token
+
+    store, splits, cfg = setup
+    cfg = cfg.model_copy(update={"rounds": 1})
+
+    def always_wrong(messages, i):
+        a, b = map(int, re.findall(r"\d+", messages[-1]["content"].split("\n")[0]))
+        return f"{a} + {b} = {a + b + 1}. <answer>{a + b + 1}</answer>"
+
+    solver, teacher = FakePolicy(always_wrong, "solver"), FakePolicy(teacher_responder, "teacher")
+    summary = run_session(cfg, store, Roles(solver, teacher), splits, "hinted", checkpointer=InMemorySaver())
+    assert summary["all_fail_groups"] == 3 and summary["guided_groups"] == 3
+    answers = {t.question: t.answer for t in splits.train}
+    guided_calls = 0
+    for msgs, _ in solver.calls:
+        user = msgs[-1]["content"]
+        question = user.split("\n")[0]
+        if question not in answers:  # a held-out evaluation: no hint there
+            assert "Hint" not in user
+            continue
+        if "Hint" in user:
+            guided_calls += 1
+            assert contains_token(user, answers[question])  # the answer hint, by design
+        else:
+            assert not contains_token(" ".join(m["content"] for m in msgs), answers[question])
+    assert guided_calls == 3
+    reflections = [m for m, _ in teacher.calls if "All attempts failed" in m[-1]["content"]]
+    assert len(reflections) == 3
+    for msgs in reflections:
+        text = msgs[-1]["content"]
+        question = next(q for q in answers if q in text)
+        assert "[reference answer withheld]" in text and not contains_token(text, answers[question])
