@@ -63,7 +63,7 @@ class TrainConfig(BaseModel):
     # policy-gradient objectives (grpo, guide-grpo)
     clip_eps: float = 0.2  # PPO clip range ε of the unguided ratio: clip(ρ, 1 − ε, 1 + ε)
     kl_coef: float = 0.0  # β of the per-token KL to the base model (adapter disabled), k3 estimator; 0: none (Guide)
-    temperature: float = 1.0  # grpo / guide-grpo: the rollouts' sampling temperature (π_old and π_θ are softmax(logits / T)); opcd: the student's
+    temperature: float = 1.0  # grpo / guide-grpo and distill's guided weights: the rollouts' sampling temperature (ratios of softmax(logits / T)); opcd: the student's
     # on-policy context distillation (opcd)
     sample_tokens: int = 96  # cap of each completion the student samples while it trains, tokens
 

@@ -75,6 +75,9 @@ class DistillExample:
             token too, with weight 1.
         lessons: readable ids of the lessons that were in the sampling context.
         hint_id: the hint of a guided rollout (hints.id), else None.
+        sampling_messages: importance-weighted examples: the chat that sampled the completion
+            (with the hint), where π_old is rescored at the sampling temperature; else None.
+        adapter_id: the adapter that sampled it (None: the base model).
     """
 
     kind: str
@@ -86,6 +89,8 @@ class DistillExample:
     add_eos: bool
     lessons: tuple[str, ...] = ()
     hint_id: int | None = None
+    sampling_messages: list[Message] | None = None
+    adapter_id: str | None = None
 
     @property
     def weighted(self) -> bool:
@@ -205,7 +210,8 @@ def build_dataset(
             old = list(r.logprobs)
         out.examples.append(
             DistillExample("guided", r.rollout_id, r.task_key, strip_lessons([dict(m) for m in r.unguided_messages]),
-                           list(r.token_ids), old, r.finish_reason == "stop", lessons, r.hint_id)
+                           list(r.token_ids), old, r.finish_reason == "stop", lessons, r.hint_id,
+                           [dict(m) for m in r.messages] if old is not None else None, r.adapter_id)
         )
     return out
 
@@ -567,6 +573,9 @@ def rescore_old_logprobs(
 ) -> dict[str, Any]:
     """Replace each example's π_old by the log-probs of the policy that sampled it, at the sampling temperature (in place).
 
+    For RL examples (every one) and importance-weighted distillation examples (the guided ones of
+    objective ``distill``; examples without π_old are left as they are).
+
     The stored log-probs are those of the plain model (temperature 1), while the rollouts were
     sampled from softmax(logits / T): the behaviour policy is the tempered one. ``score``
     teacher-forces the rollout under the chat that sampled it (with the hint for a guided
@@ -589,6 +598,8 @@ def rescore_old_logprobs(
     """
     diffs: list[float] = []
     for i, ex in enumerate(data.examples):
+        if ex.old_logprobs is None or ex.sampling_messages is None:
+            continue
         targets = list(ex.completion_ids) + ([eos_id] if ex.add_eos else [])
         new = score(ex.adapter_id, ex.sampling_messages, targets).float()
         if new.shape != (len(targets),) or not bool(torch.isfinite(new).all()):

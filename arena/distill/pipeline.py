@@ -322,7 +322,7 @@ def rescore_pi_old(store: LessonStore, session: str, data: DistillDataset, polic
                 p.close()
         scorers.clear()
         gc.collect()
-    sampled_by = sorted({e.adapter_id or "base" for e in data.examples})
+    sampled_by = sorted({e.adapter_id or "base" for e in data.examples if e.old_logprobs is not None})
     return {"temperature": temperature, **summary, "sampled_by": sampled_by}
 
 
@@ -353,6 +353,9 @@ def screen_data(
     elif any(e.kind == "guided" for e in data.examples) and cfg.min_guided_log_ratio > float("-inf"):
         ratios = screen_implausible(data, rollouts, policy.token_logprobs, cfg.min_guided_log_ratio)
         require_examples(data, session, cfg.success_threshold)
+    if data.objective not in RL_OBJECTIVES and any(e.weighted for e in data.examples):
+        # Guide's ratio over the distribution that sampled: π_old at the sampling temperature, under its adapter
+        pi_old = rescore_pi_old(store, session, data, policy, cfg.train.temperature)
     if len(data.examples) < cfg.min_examples:
         raise NoTrainingData(
             f"session {session!r} has {len(data.examples)} training examples for objective {data.objective} "
@@ -450,7 +453,7 @@ def run_distill(
     # ---- data (before any model is loaded: bad input fails fast and writes nothing)
     rollouts, data = collect_data(store, session, cfg)
     session_cfg, tasks = session_heldout(store, db, session)
-    if cfg.objective in RL_OBJECTIVES:  # π_old and π_θ at the temperature the rollouts were sampled at
+    if cfg.objective in RL_OBJECTIVES or cfg.objective == "distill":  # ratios at the rollouts' sampling temperature
         cfg = with_sampling_temperature(cfg, session_cfg.temperature)
     if cfg.objective in ON_POLICY_OBJECTIVES:  # the student's samples as long as the session's completions
         cfg = with_train_settings(cfg, sample_tokens=session_cfg.max_tokens)

@@ -13,7 +13,8 @@ The loss of an optimizer step over micro-batches m and completion tokens t is
     L = Σ_m Σ_t w_t · (−log π_θ(y_t | x, y_<t)) / N_step
 
 with ``w_t`` = 1 except on the tokens of importance-weighted (guided) examples, where it is
-Guide's shaped ratio (:func:`arena.distill.data.importance_weights`), and ``N_step`` the number
+Guide's shaped ratio (:func:`arena.distill.data.importance_weights`) of π_θ over π_old, both at
+the rollouts' sampling temperature ``cfg.temperature`` (the distribution that sampled), and ``N_step`` the number
 of completion tokens in the step. The vocabulary projection is applied to completion
 positions only (prompt positions carry no loss), which saves the largest matmul of a small
 model on every prompt token.
@@ -369,9 +370,14 @@ def train(
             step_loss = 0.0
             for mb in micro:
                 batch = collate([enc[i] for i in mb], tokenizer.pad_token_id, device)
-                logp = target_logprobs(peft_model, batch)  # (N,) log π_θ of completion tokens
+                targets = batch["input_ids"][:, 1:][batch["target_mask"]]
+                logits = completion_logits(peft_model, batch)  # (N, V)
+                logp = -F.cross_entropy(logits, targets, reduction="none")  # (N,) log π_θ: the loss's
                 old, hinted = batch["old_logprobs"][batch["target_mask"]], batch["hinted"][batch["target_mask"]]
-                w, gamma = importance_weights(logp, old, hinted, cfg.is_quantile, cfg.is_floor)  # (N,) detached
+                # the ratio's π_θ as π_old was scored: at the sampling temperature (weights are detached)
+                logp_t = logp if cfg.temperature == 1.0 or not bool(hinted.any()) else -F.cross_entropy(
+                    logits.detach() / cfg.temperature, targets, reduction="none")
+                w, gamma = importance_weights(logp_t, old, hinted, cfg.is_quantile, cfg.is_floor)  # (N,) detached
                 if gamma is not None:
                     result.gammas.append(gamma)
                 loss = (w * -logp).sum() / n_step

@@ -128,7 +128,8 @@ def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
         train=TrainConfig(lr=cfg.sleep_lr, epochs=cfg.sleep_epochs, max_steps=cfg.sleep_steps,
                           max_seq_len=max_seq_len, seed=(cfg.seed + cycle) % 2**32,
                           # grpo / guide-grpo: π_old and π_θ at the rollouts' sampling temperature
-                          temperature=cfg.temperature if cfg.sleep in RL_OBJECTIVES else 1.0,
+                          # grpo / guide-grpo / distill's guided weights: ratios at the rollouts' sampling temperature
+                          temperature=cfg.temperature if cfg.sleep in (*RL_OBJECTIVES, "distill") else 1.0,
                           kl_coef=cfg.sleep_kl_coef, sample_tokens=cfg.max_tokens),
     )
 

@@ -216,3 +216,18 @@ def test_ungraded_and_flagged_rollouts_never_become_training_data(objective, db,
         prov = json.loads(c.execute("select data from adapters").fetchone()[0])
     used = set(prov["rollout_ids"])
     assert used and flagged not in used and ungraded not in used
+
+
+def test_distill_weights_use_pi_old_at_the_sampling_temperature(db, tiny, arena_inproc):
+    """Guide's ratio of objective `distill` is over the distribution that sampled: π_old rescored at T under its adapter."""
+    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--steps", "1", "--eval-max-tokens", "2",
+                        "--min-guided-log-ratio=-inf", "--json")  # keep the guided successes the random model finds implausible
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    pi_old = out["data"]["report"]["pi_old"]
+    session_t = SessionConfig(db="x.db").temperature  # make_session's sessions keep the default
+    assert pi_old["temperature"] == session_t and pi_old["sampled_by"] == ["base"]
+    assert pi_old["examples"] == out["data"]["by_kind"]["guided"] == 2  # the weighted examples only
+    assert pi_old["stored_vs_rescored_mean_abs"] > 0  # the stored -0.5s are not the tempered base's log-probs
+    with sqlite3.connect(db) as c:
+        assert json.loads(c.execute("select config from adapters").fetchone()[0])["train"]["temperature"] == session_t

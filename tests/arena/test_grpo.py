@@ -290,7 +290,9 @@ def test_sleep_objectives_and_temperature():
     cfg = SessionConfig(db="x.db", cycles=2, sleep_objective="guide-grpo", temperature=0.7)
     d = sleep_config(cfg, 1)
     assert d.objective == "guide-grpo" and d.train.temperature == 0.7
-    assert sleep_config(SessionConfig(db="x.db", cycles=2, temperature=0.7), 1).train.temperature == 1.0  # distill
+    # distill: Guide's weights of its guided examples are ratios at the sampling temperature too; sft has none
+    assert sleep_config(SessionConfig(db="x.db", cycles=2, temperature=0.7), 1).train.temperature == 0.7
+    assert sleep_config(SessionConfig(db="x.db", cycles=2, temperature=0.7, sleep_objective="sft"), 1).train.temperature == 1.0
     assert SessionConfig(db="x.db", cycles=2, sleep_objective="grpo").sleep == "grpo"
 
 
