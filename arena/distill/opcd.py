@@ -40,12 +40,11 @@ from arena.distill.trainer import (
     completion_logits,
     finish_run,
     lora_and_optimizer,
-    micro_batches,
     optimizer_step,
     progress_bar,
     prompt_ids,
     record_step,
-    total_steps,
+    step_plan,
 )
 from lessons.library.adapters import TrainingRollout
 
@@ -243,11 +242,7 @@ def train_opcd(
     eos_ids = sorted({eos_id} | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
     enc, dropped = encode_pairs(tokenizer, examples, cfg.max_seq_len, cfg.sample_tokens)
-    if not enc:
-        raise TrainingError(f"no training example fits --max-seq-len {cfg.max_seq_len} with {cfg.sample_tokens} sampled "
-                            f"tokens ({dropped} too long); raise it")
-    steps = total_steps(len(enc), cfg)
-    plan = micro_batches(len(enc), cfg, steps, torch.Generator().manual_seed(cfg.seed))
+    steps, plan = step_plan(len(enc), dropped, cfg, f" with {cfg.sample_tokens} sampled tokens")
 
     # ---- model and optimizer
     peft_model, params, opt, sched = lora_and_optimizer(model, cfg, peft_config, steps)

@@ -254,6 +254,20 @@ def micro_batches(n: int, cfg: TrainConfig, steps: int, gen: torch.Generator) ->
     return [mbs[s * cfg.grad_accum : (s + 1) * cfg.grad_accum] for s in range(steps)]
 
 
+def step_plan(n_examples: int, dropped: int, cfg: TrainConfig, with_what: str = "") -> tuple[int, list[list[list[int]]]]:
+    """Optimizer steps and each step's micro-batches of example indices (:func:`micro_batches`, seeded by ``cfg.seed``).
+
+    Raises:
+        TrainingError: no example is left (``dropped`` were longer than ``cfg.max_seq_len``
+            ``with_what``, e.g. " with 96 sampled tokens").
+    """
+    if not n_examples:
+        raise TrainingError(f"no training example fits --max-seq-len {cfg.max_seq_len}{with_what} ({dropped} too long); "
+                            "raise it")
+    steps = total_steps(n_examples, cfg)
+    return steps, micro_batches(n_examples, cfg, steps, torch.Generator().manual_seed(cfg.seed))
+
+
 # --------------------------------------------------------------------------- train
 
 
@@ -350,11 +364,7 @@ def train(
     # ---- data
     eos_id = tokenizer.eos_token_id if eos_id is None else eos_id
     enc, dropped = encode_examples(tokenizer, examples, cfg.max_seq_len, eos_id)
-    if not enc:
-        raise TrainingError(f"no training example fits --max-seq-len {cfg.max_seq_len} ({dropped} too long); raise it")
-    steps = total_steps(len(enc), cfg)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    plan = micro_batches(len(enc), cfg, steps, gen)
+    steps, plan = step_plan(len(enc), dropped, cfg)
 
     # ---- model and optimizer
     peft_model, params, opt, sched = lora_and_optimizer(model, cfg, peft_config, steps)
@@ -527,10 +537,7 @@ def train_rl(
     # ---- data
     eos_id = tokenizer.eos_token_id if eos_id is None else eos_id
     enc, dropped = encode_rl(tokenizer, examples, cfg.max_seq_len, eos_id)
-    if not enc:
-        raise TrainingError(f"no training example fits --max-seq-len {cfg.max_seq_len} ({dropped} too long); raise it")
-    steps = total_steps(len(enc), cfg)
-    plan = micro_batches(len(enc), cfg, steps, torch.Generator().manual_seed(cfg.seed))
+    steps, plan = step_plan(len(enc), dropped, cfg)
 
     # ---- model and optimizer
     peft_model, params, opt, sched = lora_and_optimizer(model, cfg, peft_config, steps)
