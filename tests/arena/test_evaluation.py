@@ -37,3 +37,23 @@ def test_a_stored_empty_evaluation_reads_back_null(tmp_path):
     finally:
         data.store.close()
 
+
+
+def test_the_distilled_rule_on_figures_worked_by_hand():
+    """`distilled_lessons` on hand-made held-out results (the values the e2e distill test cannot know in advance)."""
+    from arena.distill.pipeline import distilled_lessons
+
+    def result(passes, shown):
+        return EvalResult([1.0 if p else 0.0 for p in passes], shown, [{} for _ in passes])
+
+    shown = [["L1"]] * 6 + [["L2"]] * 4 + [[]] * 2  # L1 on tasks 0-5, L2 on 6-9, nothing on 10-11
+    base = result([0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0], [[] for _ in shown])
+    with_lessons = result([1, 1, 1, 0, 1, 1, 0, 0, 0, 1, 1, 1], shown)
+    # L1: base 2/6, with lessons 5/6 (Wilson 95% CI [0.436, 0.970]); the adapter keeps 3/6 = 0.5 >= 0.436
+    # L2: with lessons 1/4 = base 1/4: it did not help, nothing to distil whatever the adapter does
+    adapter = result([1, 0, 1, 0, 1, 0, 1, 1, 1, 1, 0, 0], [[] for _ in shown])
+    got = distilled_lessons(["L1", "L2", "L3"], base, with_lessons, adapter)
+    assert list(got) == ["L1"] and "3/6 = 0.500" in got["L1"] and "5/6" in got["L1"]
+    # the adapter at 2/6 = 0.333 is below the interval's lower end: not distilled
+    worse = result([1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0], [[] for _ in shown])
+    assert distilled_lessons(["L1"], base, with_lessons, worse) == {}
