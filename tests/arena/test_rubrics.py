@@ -332,6 +332,10 @@ def test_real_judge_returns_a_consistent_grade_or_ungraded(local_policy):
     assert res.raw and all(r.startswith('{"verdicts": [{"id": 1, "met": "') for r in res.raw)  # prefill honoured
     if res.graded:
         assert len(res.met) == len(criteria)
-        assert res.reward == pytest.approx(explicit_reward([c.weight for c in criteria], res.met))
+        # RaR's explicit aggregate, written out here (not the judge's own function): Σ met w / Σ positive w, in [0, 1]
+        weights = [c.weight for c in criteria]
+        assert any(w > 0 for w in weights)
+        by_hand = sum(w for w, m in zip(weights, res.met, strict=True) if m) / sum(w for w in weights if w > 0)
+        assert res.reward == pytest.approx(min(1.0, max(0.0, by_hand)))
     else:
         assert res.reward is None and res.error

@@ -52,12 +52,19 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path):
         task = tasks[task_key]
         assert rollout.extracted_answer == extract_answer(rollout.completion)
         assert rollout.reward == score(task, extract_answer(rollout.completion))
-        # the reference answer never reaches the solver: not in the instructions, not in a lesson shown
+        # the reference answer reaches the solver only in a guided re-attempt's hint: not in the instructions,
+        # not in a lesson shown, not appended to an unguided question
         system = rollout.messages[0]["content"]
-        assert system.startswith(SOLVER_SYSTEM)
+        assert system.startswith(SOLVER_SYSTEM) and [m["role"] for m in rollout.messages] == ["system", "user"]
         shown = system.split("<lessons>")[1].split("</lessons>")[0].splitlines() if "<lessons>" in system else []
         assert not any(contains_token(re.sub(r"^\d+\. ", "", line), task.answer) for line in shown)
-        if not rollout.guided:
+        assert not contains_token(system[len(SOLVER_SYSTEM):], task.answer)
+        user = rollout.messages[1]["content"]
+        if rollout.guided:
+            assert user.startswith(task.question) and "Hint" in user[len(task.question):]
+            assert rollout.unguided_messages[1]["content"] == task.question  # trained under the chat without it
+        else:
+            assert user == task.question
             rewards.append(rollout.reward)
     assert len(rewards) == 6  # mean_reward is over the unguided rollouts
     assert summary["mean_reward"] == pytest.approx(sum(rewards) / len(rewards), abs=1e-4)
