@@ -248,12 +248,22 @@ class SessionConfig(BaseModel):
 
         A cycle samples ``n_train × rounds × rollouts`` unguided rollouts (plus guided ones for
         all-fail groups, which may be screened out); if even that is below
-        ``sleep_min_examples`` no sleep can ever train.
+        ``sleep_min_examples`` no sleep can ever train. An ``opcd`` sleep has one example per
+        episode (its student samples the completions itself): ``n_train × rounds``.
 
         Raises:
             ConfigError: saying how many rollouts a cycle has and how many examples a sleep needs.
         """
         if self.sleep is None:
+            return
+        if self.sleep == "opcd":
+            episodes = n_train * self.rounds
+            if episodes < self.sleep_min_examples:
+                raise ConfigError(
+                    f"an opcd sleep trains on one example per episode and a cycle has {episodes} ({n_train} train tasks "
+                    f"x {self.rounds} rounds), fewer than the {self.sleep_min_examples} a sleep needs; raise "
+                    "--train-tasks or --rounds, or lower --sleep-min-examples"
+                )
             return
         per_cycle = n_train * self.rounds * self.rollouts
         if per_cycle < self.sleep_min_examples:

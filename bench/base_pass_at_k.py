@@ -20,8 +20,18 @@ from agents.roles.solver import solver_messages
 from arena.config import DEFAULT_FAMILY
 from arena.stats import mean_pass_at_k, wilson_interval
 from arena.tasks.extract import extract_answer
+from arena.tasks.model import Task, VerifierError
 from arena.tasks.sources import load_tasks
 from arena.tasks.verify import score
+from lessons.outcomes import passes
+
+
+def reward(task: Task, text: str) -> float:
+    """The verifier's reward of a completion; 0.0 for one that crashes the verifier (a failed sample here)."""
+    try:
+        return score(task, extract_answer(text))
+    except VerifierError:
+        return 0.0
 
 
 def main() -> None:
@@ -42,12 +52,12 @@ def main() -> None:
 
     t0 = time.perf_counter()
     greedy = sample_many(policy, chats, temperature=0.0, max_tokens=args.max_tokens)
-    greedy_pass = [score(t, extract_answer(c.text)) >= 1.0 for t, c in zip(tasks, greedy)]
+    greedy_pass = [passes(reward(t, c.text)) for t, c in zip(tasks, greedy)]
     groups, tokens = [], 0
     for i, (t, chat) in enumerate(zip(tasks, chats)):
         outs = policy.sample(chat, n=args.k, temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed + i)
         tokens += sum(len(o.token_ids) for o in outs)
-        groups.append([score(t, extract_answer(o.text)) for o in outs])
+        groups.append([reward(t, o.text) for o in outs])
     wall = time.perf_counter() - t0
 
     lo, hi = wilson_interval(sum(greedy_pass), len(tasks))

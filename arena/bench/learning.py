@@ -441,7 +441,7 @@ def plot_learning(result: dict[str, Any], path: Path) -> None:
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     xmax = max([p[0] for c in conds.values() for p in c.get("curve") or []] + [1])
     for i, (name, rec) in enumerate(conds.items()):
-        curve, color = rec.get("curve") or [], colors[i % len(colors)]
+        curve, color = [p for p in rec.get("curve") or [] if p[1] is not None], colors[i % len(colors)]  # n = 0: no point
         if not curve:
             continue
         if name in ("base", "oracle"):  # no rollouts: a reference line across the plot

@@ -6,21 +6,24 @@ off-policy form; the on-policy reverse-KL setting of GKD, Agarwal et al. 2024, a
 - the **student** is the LoRA adapter with neither lessons nor hint in its context; it samples
   its own completions for the session's train tasks during training (every optimizer step
   samples afresh from the current weights, so the data stay on-policy);
-- the **teacher** is the frozen base model (the adapter disabled) given the context the
+- the **teacher** is the frozen policy training starts from — the base model (the adapter
+  disabled), or with ``--sleep-from previous`` the previous adapter — given the context the
   session's solver had: the lessons section of the episode's system prompt and, for a task
   whose group all failed, the hint in the user turn, exactly as the guided re-attempt saw it;
 - the loss is the per-token reverse KL(π_student ‖ π_teacher) over the full vocabulary on the
   completion tokens of the student's samples (:func:`arena.distill.losses.reverse_kl`),
   token-mean over the optimizer step.
 
-It needs no verifier and no stored log-probs — rewards play no part, so rubric sessions and
-OpenAI-backend sessions can sleep with it — and every task teaches, failures included. After
+It needs no verifier and no stored log-probs — rewards play no part, so rubric sessions can sleep
+with it and `arena distill` can train it on an OpenAI-backend session's contexts — and every
+task teaches, failures included. After
 an ``opcd`` sleep the adapter without a lesson should do what the base model does with it: the
 ``distilled`` rule of :func:`arena.distill.pipeline.distilled_lessons` checks that per lesson.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -100,7 +103,7 @@ def build_opcd_dataset(rollouts: Sequence[TrainingRollout], strip_lessons: Calla
 
     Returns:
         A :class:`~arena.distill.data.DistillDataset` of :class:`OPCDExample` in episode order;
-        ``skipped`` counts episodes (``no_context``, ``guided_without_context``).
+        ``skipped`` counts episodes without context (``no_context``).
     """
     out = DistillDataset(objective="opcd", examples=[], rollouts_seen=len(rollouts))
     episodes: dict[int, list[TrainingRollout]] = {}
@@ -109,8 +112,7 @@ def build_opcd_dataset(rollouts: Sequence[TrainingRollout], strip_lessons: Calla
     for eid in sorted(episodes):
         group = sorted(episodes[eid], key=lambda r: r.rollout_id)
         guided = [r for r in group if r.guided]
-        if guided and not guided[0].unguided_messages:
-            out.skipped["guided_without_context"] += 1
+        if guided and not guided[0].unguided_messages:  # falls back to the episode's lessons context
             guided = []
         if guided:
             r = guided[0]
@@ -215,20 +217,24 @@ def train_opcd(
     peft_config: Any | None = None,
     eos_id: int | None = None,
     console: Any | None = None,
+    teacher: Any | None = None,
 ) -> tuple[Any, TrainResult]:
     """Train a LoRA adapter by on-policy context distillation (see the module docstring).
 
     Each optimizer step samples one completion per example of its micro-batches from the
     current student (``cfg.temperature``, at most ``cfg.sample_tokens`` tokens), then minimises
     ``L = Σ_m Σ_t KL(π_s(· | x, y_<t) ‖ π_t(· | c, x, y_<t)) / N_step`` over the completion
-    tokens t of micro-batches m, with x the bare chat, c the lessons / hint, π_t the base model
-    (adapter disabled) and ``N_step`` the completion tokens of the step. Same model set-up,
+    tokens t of micro-batches m, with x the bare chat, c the lessons / hint, π_t the frozen starting
+    policy (the base model with the adapter disabled, or ``teacher``) and ``N_step`` the completion tokens of the step. Same model set-up,
     schedule, clipping and seed as :func:`arena.distill.trainer.train`.
 
     Args:
         model, tokenizer, cfg, peft_config, console: as :func:`arena.distill.trainer.train`.
         examples: from :func:`build_opcd_dataset`.
         eos_id: the end-of-turn token (sampling stops there); default ``tokenizer.eos_token_id``.
+        teacher: the frozen policy training starts from, when that is an adapter (``--sleep-from
+            previous``: what earlier sleeps distilled has left the prompt, so a base-model teacher
+            would pull it back out); None: ``model`` itself with its adapter disabled (the base).
 
     Returns:
         ``(peft_model, result)``; ``result.tokens`` counts the student's and the teacher's
@@ -265,10 +271,11 @@ def train_opcd(
                 if not keep:
                     continue
                 student = collate([as_example(enc[i].student, c) for i, c in keep], pad_id, device)
-                teacher = collate([as_example(enc[i].teacher, c) for i, c in keep], pad_id, device)
+                with_context = collate([as_example(enc[i].teacher, c) for i, c in keep], pad_id, device)
                 s_logits = completion_logits(peft_model, student)  # (N, V), with gradient
-                with torch.no_grad(), peft_model.disable_adapter():
-                    t_logits = completion_logits(peft_model, teacher)  # (N, V): the base model with the context
+                with torch.no_grad(), (peft_model.disable_adapter() if teacher is None else contextlib.nullcontext()):
+                    # (N, V): the frozen starting policy with the context
+                    t_logits = completion_logits(peft_model if teacher is None else teacher, with_context)
                 loss = reverse_kl(s_logits, t_logits).sum() / n_step
                 loss_value = float(loss.detach())
                 if not math.isfinite(loss_value):
@@ -277,7 +284,7 @@ def train_opcd(
                     )
                 loss.backward()
                 step_loss += loss_value
-                result.tokens += int(student["attention_mask"].sum()) + int(teacher["attention_mask"].sum())
+                result.tokens += int(student["attention_mask"].sum()) + int(with_context["attention_mask"].sum())
                 result.completion_tokens += int(student["target_mask"].sum())
             optimizer_step(params, opt, sched, cfg)
             record_step(result, step, step_loss, progress, bar, t0)

@@ -386,9 +386,24 @@ def train_and_save(
     from arena.distill.opcd import train_opcd
     from arena.distill.trainer import train, train_rl
 
-    fit = train_rl if cfg.objective in RL_OBJECTIVES else train_opcd if cfg.objective in ON_POLICY_OBJECTIVES else train
-    peft_model, result = fit(policy.model, policy.tokenizer, data.examples, cfg.train,
-                             eos_id=policy.eos_token_id, console=console)
+    teacher = None
+    if cfg.objective in ON_POLICY_OBJECTIVES:
+        fit: Any = train_opcd
+        if getattr(policy, "adapter", None) is not None:  # continuing an adapter: it, frozen, is the teacher
+            from agents.backends.local import LocalPolicy
+
+            teacher = LocalPolicy(model_dir=policy.model_dir, device=policy.device, dtype=policy.dtype,
+                                  adapter=policy.adapter)
+            teacher.load()
+    else:
+        fit = train_rl if cfg.objective in RL_OBJECTIVES else train
+    try:
+        extra = {"teacher": teacher.model} if teacher is not None else {}
+        peft_model, result = fit(policy.model, policy.tokenizer, data.examples, cfg.train,
+                                 eos_id=policy.eos_token_id, console=console, **extra)
+    finally:
+        if teacher is not None:
+            teacher.close()
     sidecar.metrics = result.metrics()
     path = save_adapter(peft_model, out_dir, sidecar)
     del peft_model
@@ -456,7 +471,9 @@ def run_distill(
     if cfg.objective in RL_OBJECTIVES or cfg.objective == "distill":  # ratios at the rollouts' sampling temperature
         cfg = with_sampling_temperature(cfg, session_cfg.temperature)
     if cfg.objective in ON_POLICY_OBJECTIVES:  # the student's samples as long as the session's completions
-        cfg = with_train_settings(cfg, sample_tokens=session_cfg.max_tokens)
+        # room for the teacher's chat (system prompt, the session's lessons section, hint) and a full sample
+        cfg = with_train_settings(cfg, sample_tokens=session_cfg.max_tokens, max_seq_len=max(
+            cfg.train.max_seq_len, session_cfg.lesson_tokens + session_cfg.max_tokens + 512))
     adapter_id = astore.next_adapter_id()
     out_dir = fresh_out_dir(store, out_dir, adapter_id)
 

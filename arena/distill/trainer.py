@@ -125,7 +125,8 @@ def encode_examples(
             dropped += 1
             continue
         old = list(ex.old_logprobs) if ex.old_logprobs is not None else [math.nan] * len(ex.completion_ids)
-        old += [math.nan] * (len(comp) - len(old))  # end-of-turn: weight 1
+        # end-of-turn: weight 1, unless π_old was rescored at the sampling temperature (then it covers every target)
+        old += [math.nan] * (len(comp) - len(old))
         out.append(EncodedExample(p + comp, len(p), old, ex.weighted))
     return out, dropped
 

@@ -297,7 +297,8 @@ def _rollout_records(state: EpisodeState, completions: list[CompletionEntry], gr
             token_ids=c["token_ids"] or None,
             logprobs=c["logprobs"],
             unguided_messages=state["messages"] if guided else None,
-            fault=c.get("fault") or g.get("fault"),
+            # an ungraded rollout records why (a verifier crash over an "oversized" cut it also had)
+            fault=(g.get("fault") if g["reward"] is None else None) or c.get("fault") or g.get("fault"),
         )
         for i, (c, g) in enumerate(zip(completions, grades))
     ]

@@ -64,9 +64,10 @@ class HeldoutEvals:
     """
 
     def __init__(self, store: LessonStore, session_id: int, tasks: Sequence[Task], lesson_tokens: int,
-                 max_tokens: int) -> None:
+                 max_tokens: int, reward: Any | None = None) -> None:
         self.store, self.session_id, self.tasks = store, session_id, list(tasks)
         self.lesson_tokens, self.max_tokens = lesson_tokens, max_tokens
+        self.reward = reward  # the session's reward strategy (a rubric judge grades held-out tasks too); None: verifier
         self._plain: dict[str | None, EvalResult] = {}  # adapter id -> its no-lessons result
 
     def stored(self, name: str) -> EvalResult | None:
@@ -76,7 +77,8 @@ class HeldoutEvals:
             return None
         rows = list(e.details.get("tasks") or [])
         rewards = [row.get("reward") for row in rows] if rows else list(e.details.get("rewards") or [])
-        return EvalResult(rewards, [list(row.get("lessons") or []) for row in rows] or [[] for _ in rewards], rows)
+        return EvalResult(rewards, [list(row.get("lessons") or []) for row in rows] or [[] for _ in rewards], rows,
+                          judged="ungraded" in e.details)  # a rubric judge's evaluation stays one when copied
 
     def compute(self, solver: Solver, with_lessons: bool, exclude: Collection[str] | None = None) -> EvalResult:
         """Evaluate without recording (``exclude`` default: the solver's)."""
@@ -87,7 +89,7 @@ class HeldoutEvals:
         elif solver.adapter_id in self._plain:
             return self._plain[solver.adapter_id]
         out = evaluate_heldout(self.store, solver.policy, self.tasks, with_lessons, self.lesson_tokens,
-                               self.max_tokens, exclude=exclude)
+                               self.max_tokens, self.reward, self.session_id, exclude=exclude)
         if not with_lessons:
             self._plain[solver.adapter_id] = out
         return out
@@ -99,11 +101,11 @@ class HeldoutEvals:
             self._plain.setdefault(adapter_id, got)
 
     def record(self, name: str, result: EvalResult, with_lessons: bool, adapter_id: str | None) -> None:
-        """Store ``result`` under ``name`` (its graded rewards; the interval over every task)."""
-        s = result.summary(with_passes=False)
+        """Store ``result`` under ``name``: its graded rewards and their interval (as the runner records), its details."""
+        s = result.graded_summary()
         self.store.record_evaluation(
             self.session_id, name, "heldout", with_lessons, result.graded,
-            tuple(s["ci95"]), {"tasks": result.rows, "adapter": adapter_id},
+            tuple(s["ci95"]), {**result.details(), "adapter": adapter_id},
         )
 
     def run(self, name: str, solver: Solver, with_lessons: bool) -> EvalResult:
@@ -253,7 +255,7 @@ def sleep(
         with_lessons = evals.compute(new, True)
         conditions = {"adapter": plain, "adapter_lessons": with_lessons,
                       "wake": wake_plain, "wake_lessons": wake_lessons}
-        evaluation = {**{k: e.summary(with_passes=False) for k, e in conditions.items()},
+        evaluation = {**{k: e.graded_summary() for k, e in conditions.items()},
                       "heldout_tasks": len(evals.tasks), "distilled": sorted(distilled)}
         sidecar.metrics, sidecar.eval = metrics, evaluation
         rewrite_sidecar(path, sidecar)

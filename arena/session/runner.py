@@ -257,7 +257,7 @@ class SessionRun:
             fits=self.fits,
         )  # chooses each round's train tasks; held-out stays splits.heldout
         self.progress = session_progress(console)
-        self.evals = HeldoutEvals(store, session_id, splits.heldout, cfg.lesson_tokens, cfg.max_tokens)
+        self.evals = HeldoutEvals(store, session_id, splits.heldout, cfg.lesson_tokens, cfg.max_tokens, self.reward)
         self.done_evals: dict[str, Any] = {}  # evaluations stored when the run began (re-read after the cycles)
         self.finished: set[str] = set()  # episode keys finished before a resume
         self.slept: dict[int, Any] = {}  # cycle -> the adapter its sleep registered

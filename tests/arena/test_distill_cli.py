@@ -195,19 +195,22 @@ def test_adapter_goes_to_the_local_solver_only_and_its_distilled_lessons_leave_t
 @pytest.mark.parametrize("objective", ["distill", "guide-grpo", "opcd"])
 def test_ungraded_and_flagged_rollouts_never_become_training_data(objective, db, tiny, arena_inproc):
     """Every objective's data path keeps to `eligible_for_training` (issue "Faults, bad input and speed", claims)."""
+    # flag the rollout the objective would otherwise train on: an unguided success, or (opcd) the guided chat
+    which = "guided = 1" if objective == "opcd" else "guided = 0 and idx = 0"
     with sqlite3.connect(db) as c:
         first, second = [r[0] for r in c.execute("select id from episodes order by id")]
-        c.execute("update rollouts set hack_flags = '[\"verifier_disagrees\"]' where episode_id = ? and idx = 0", (first,))
+        flagged = c.execute(f"select id from rollouts where episode_id = ? and {which}", (first,)).fetchone()[0]
+        c.execute("update rollouts set hack_flags = '[\"verifier_disagrees\"]' where id = ?", (flagged,))
         c.execute("update rollouts set reward = NULL, grading_status = 'ungraded' where episode_id = ? and guided = 1",
                   (second,))
-        flagged = c.execute("select id from rollouts where episode_id = ? and idx = 0", (first,)).fetchone()[0]
         ungraded = c.execute("select id from rollouts where episode_id = ? and guided = 1", (second,)).fetchone()[0]
-        # a fourth unguided rollout in the first episode, so guide-grpo keeps a group with unequal rewards
+        # a fourth unguided rollout in the first episode (an unflagged copy of its success), so guide-grpo keeps a
+        # group with unequal rewards
         c.execute("insert into rollouts (episode_id, idx, messages, completion, extracted_answer, reward, critique, "
                   "prompt_tokens, completion_tokens, finish_reason, latency_s, guided, token_ids, logprobs) "
                   "select episode_id, 5, messages, completion, extracted_answer, reward, critique, prompt_tokens, "
                   "completion_tokens, finish_reason, latency_s, guided, token_ids, logprobs from rollouts "
-                  "where id = ?", (flagged,))
+                  "where episode_id = ? and guided = 0 and idx = 0", (first,))
     proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", objective, "--steps", "1",
                         "--eval-max-tokens", "2", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -185,3 +185,64 @@ def test_which_sessions_may_sleep_with_opcd():
     with pytest.raises(ValueError, match="--sleep-kl-coef applies to the sleep objectives grpo and guide-grpo"):
         SessionConfig(db="x.db", cycles=2, sleep_objective="opcd", sleep_kl_coef=0.1)
     assert sleep_config(SessionConfig(db="x.db", cycles=2, sleep_objective="grpo", sleep_kl_coef=0.1), 1).train.kl_coef == 0.1
+
+
+def test_a_rubric_session_sleeps_with_opcd_and_judges_every_evaluation(tmp_path, tiny):
+    """opcd reads no reward, so a rubric session may sleep with it; the sleep's held-out evaluations are judged
+    with the session's rubric reward, like the rest of the session (not silently by the verifier)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from rubric_scripts import roles, write_tasks
+
+    from arena.config import SessionConfig
+    from arena.session.cycles import cycle_adapters
+    from arena.session.runner import run_session
+    from arena.tasks.sources import load_tasks
+    from lessons.library.store import LessonStore
+
+    path = write_tasks(tmp_path / "sky.jsonl")
+    cfg = SessionConfig(db=str(tmp_path / "arena.db"), families=[], tasks_file=path, train_tasks=2, heldout_tasks=2,
+                        rounds=2, rollouts=4, reward="rubric-explicit", critic="local", success_threshold=0.8,
+                        sleep_objective="opcd", sleep_steps=1, sleep_min_examples=1, max_tokens=8, utility_every=0)
+    splits = load_tasks([], path, n_train=2, n_heldout=2, seed=1)
+    with LessonStore(cfg.db) as store:
+        summary = run_session(cfg, store, roles(), splits, "rubric-opcd", checkpointer=InMemorySaver(), base_model=tiny)
+        assert summary["cycles"][0]["sleep_refused"] is None, summary["cycles"]
+        (adapter,) = cycle_adapters(store, "rubric-opcd").values()
+        evals = store.evaluations(store.get_session("rubric-opcd").id)
+    assert adapter.objective == "opcd" and adapter.data["examples"] >= 1
+    assert {"heldout_before", "heldout_cycle1_wake_no_lessons", "heldout_cycle1_no_lessons"} <= set(evals)
+    for name, e in evals.items():  # judged: the rubric reward's details (mean reward, ungraded count) on every one
+        assert "mean_reward" in e.details and "ungraded" in e.details, name
+    assert adapter.eval["wake"]["n"] == evals["heldout_cycle1_wake_no_lessons"].n  # the sidecar's n = the stored row's
+
+
+def test_an_opcd_cycle_needs_enough_episodes_not_rollouts():
+    from arena.config import ConfigError, SessionConfig
+
+    cfg = SessionConfig(db="x.db", cycles=2, sleep_objective="opcd", rollouts=8, rounds=2)  # 4 x 2 = 8 episodes
+    with pytest.raises(ConfigError, match="one example per episode and a cycle has 8"):
+        cfg.check_cycle_budget(4)
+    cfg.check_cycle_budget(8)  # 16 episodes: enough
+    SessionConfig(db="x.db", cycles=2, sleep_objective="sft", rollouts=8, rounds=2).check_cycle_budget(4)  # 64 rollouts
+
+
+def test_the_teacher_is_the_policy_training_starts_from(tiny_dir, tmp_path):
+    """Continuing an adapter, the frozen starting policy (passed as `teacher`) is π_t, not the bare base model."""
+    from tiny_llama import make_tiny
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from arena.distill.config import TrainConfig
+    from arena.distill.opcd import train_opcd
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    plain = [{"role": "user", "content": "What is 2 + 3?"}]
+    ex = [OPCDExample("lessons", 1, "t", plain, [{"role": "system", "content": "Lesson: answer five."}, *plain])] * 2
+    cfg = TrainConfig(lr=1e-9, max_steps=1, batch_size=2, grad_accum=1, warmup_steps=0, dropout=0.0, sample_tokens=8)
+    other = AutoModelForCausalLM.from_pretrained(make_tiny(tmp_path / "other", seed=1)).eval()
+    same = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    losses = {}
+    for name, teacher in (("base", None), ("same", same), ("other", other)):
+        _, res = train_opcd(AutoModelForCausalLM.from_pretrained(tiny_dir), tok, ex, cfg, teacher=teacher)
+        losses[name] = res.losses[0]
+    assert losses["same"] == pytest.approx(losses["base"], rel=1e-5)  # the same weights: the same π_t
+    assert losses["other"] > 10 * losses["base"]  # another policy as teacher: another target
