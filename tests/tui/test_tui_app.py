@@ -81,6 +81,26 @@ async def test_navigation_sessions_session_episode_and_back(fx: Path):
     assert app.return_code == 0
 
 
+async def test_faults_show_on_the_session_and_its_rollouts(fx: Path):
+    """Faults by kind in the session's title; the kind on each rollout that had one (issue "Faults, bad input and speed")."""
+    with sqlite3.connect(fx) as conn:
+        conn.execute("UPDATE rollouts SET fault = 'verifier', reward = NULL, grading_status = 'ungraded' "
+                     "WHERE episode_id = 2 AND idx = 1 AND guided = 0")
+        conn.execute("UPDATE rollouts SET fault = 'empty_choices' WHERE episode_id = 1 AND idx = 0")
+    app = ArenaApp(fx, poll_interval=0)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("down", "enter")  # run-alpha
+        await settle(pilot)
+        assert isinstance(app.screen, SessionScreen)
+        title = str(app.screen.query_one("#session-title", Static).render())
+        assert title.endswith("· faults: empty_choices 1, verifier 1"), title
+        await pilot.press("down", "enter")  # episode 2
+        await settle(pilot)
+        assert "rollout 1 · reward ungraded · answer '82' · fault verifier" in text_of(app, "#episode-body")
+        await pilot.press("escape", "escape", "q")
+
+
 async def test_lessons_search_filter_and_paging_keys(fx: Path):
     app = ArenaApp(fx, poll_interval=0, start_screen="lessons")
     async with app.run_test(size=SIZE) as pilot:

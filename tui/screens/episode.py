@@ -22,6 +22,8 @@ def rollout_panel(r: RolloutView) -> Panel:
     answer = "none" if r.extracted_answer is None else repr(r.extracted_answer)
     reward = "ungraded" if r.reward is None else f"{r.reward:.2f}"
     title = f"{'guided ' if r.guided else ''}rollout {r.idx} · reward {reward} · answer {answer}"
+    if r.fault:
+        title += f" · fault {r.fault}"
     body = Group(
         Text(r.completion or "(empty completion)"),
         Text(f"critique: {r.critique}", style="italic"),

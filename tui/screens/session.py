@@ -47,11 +47,11 @@ class SessionScreen(DataScreen):
     def on_mount(self) -> None:
         self.sub_title = self.session_name
 
-    def fetch(self) -> tuple[list[EpisodeSummary], LearningCurve]:
-        return self.data.episodes(self.session_id), self.data.learning_curve(self.session_id)
+    def fetch(self) -> tuple[list[EpisodeSummary], LearningCurve, dict[str, int]]:
+        return self.data.episodes(self.session_id), self.data.learning_curve(self.session_id), self.data.faults(self.session_id)
 
-    def show(self, result: tuple[list[EpisodeSummary], LearningCurve]) -> None:
-        episodes, curve = result
+    def show(self, result: tuple[list[EpisodeSummary], LearningCurve, dict[str, int]]) -> None:
+        episodes, curve, faults = result
         table = self.query_one("#episodes", DataTable)
         keep = table.cursor_row
         table.clear()
@@ -63,8 +63,10 @@ class SessionScreen(DataScreen):
         if episodes:
             table.move_cursor(row=min(keep, len(episodes) - 1))
         n_guided = sum(1 for e in episodes if e.guided_rewards)
+        by_kind = ", ".join(f"{kind} {n}" for kind, n in faults.items())
         self.query_one("#session-title", Static).update(
             f"Session {self.session_name} · {len(episodes)} episodes · {n_guided} with hints"
+            + (f" · faults: {by_kind}" if by_kind else "")
         )
         self.query_one(LearningCurvePlot).show(curve)
 

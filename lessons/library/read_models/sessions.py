@@ -122,6 +122,10 @@ class SessionReads:
                 )
             return out
 
+    def faults(self, session_id: int) -> dict[str, int]:
+        """The session's faults by kind (rollouts and held-out tasks: :meth:`LessonStore.fault_counts`)."""
+        return self.store.fault_counts(session_id)
+
     def episodes(self, session_id: int) -> list[EpisodeSummary]:
         """The session's episodes in recording order, each with its group's rewards."""
         with self.store.read() as s:
@@ -252,7 +256,7 @@ class SessionReads:
                 answer=task.answer,
                 rollouts=[
                     RolloutView(r.id, r.idx, r.guided, r.completion, r.extracted_answer, r.reward, r.critique,
-                                r.completion_tokens, r.finish_reason)
+                                r.completion_tokens, r.finish_reason, r.fault)
                     for r in rollouts
                 ],
                 hint=hint,

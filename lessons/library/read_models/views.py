@@ -69,6 +69,7 @@ class RolloutView:
     critique: str
     completion_tokens: int
     finish_reason: str
+    fault: str | None = None  # an endpoint fault or a verifier crash (agents.policy.FAULT_KINDS); None: none
 
 
 @dataclass(frozen=True)
