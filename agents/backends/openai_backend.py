@@ -167,6 +167,11 @@ def _trim_to_text(text: str, tokens: list[str], logprobs: list[float]) -> list[f
     return kept
 
 
+# Requests in a row that end in an endpoint fault before a session stops (resumable): a dead endpoint
+# otherwise costs every later rollout its bounded retries, for the rest of a long session.
+MAX_CONSECUTIVE_FAULTS = 25
+
+
 class OpenAIPolicy:
     """A chat model behind an OpenAI-compatible endpoint (``openai`` client).
 
@@ -204,6 +209,7 @@ class OpenAIPolicy:
         rate_limit_retries: int = 6,
         http_client: Any = None,
         fault_retries: int = 2,
+        max_consecutive_faults: int = MAX_CONSECUTIVE_FAULTS,
     ) -> None:
         if not model:
             raise PolicyError("the openai backend needs a model name")
@@ -225,6 +231,10 @@ class OpenAIPolicy:
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self.rate_limit_retries = rate_limit_retries
         self.fault_retries = fault_retries
+        # a dead endpoint: this many requests in a row that ended in a fault stop the session (resumable)
+        self.max_consecutive_faults = max_consecutive_faults
+        self._consecutive_faults = 0
+        self._fault_lock = threading.Lock()
         self.supports_n: bool | None = None  # learnt from the first reply to n > 1
         self._sleep: Callable[[float], None] = time.sleep  # tests record the waits instead
 
@@ -308,6 +318,35 @@ class OpenAIPolicy:
     # ------------------------------------------------------------------ sampling
 
     def _create(self, messages: Sequence[Message], n: int, **kwargs: Any) -> Any:
+        """One usable reply (:meth:`_create_with_retries`), counting requests that end in a fault in a row.
+
+        One fault costs one rollout; ``max_consecutive_faults`` of them in a row, with no usable
+        reply between, mean the endpoint is down, and every later rollout would fail the same way
+        after its retries: the session stops there instead (everything stored so far is kept, and
+        ``--resume`` continues once the endpoint is back).
+
+        Raises:
+            EndpointFault: the reply stayed faulty.
+            PolicyError: a misconfiguration, or the endpoint failed ``max_consecutive_faults`` requests in a row.
+        """
+        try:
+            response = self._create_with_retries(messages, n, **kwargs)
+        except EndpointFault as err:
+            with self._fault_lock:
+                self._consecutive_faults += 1
+                down = 0 < self.max_consecutive_faults <= self._consecutive_faults
+            if down:
+                raise PolicyError(
+                    f"endpoint {self.base_url} for model '{self.model}' failed {self._consecutive_faults} requests in a "
+                    f"row (last: {err}); stopping the session here, with everything so far stored: fix the endpoint "
+                    "and run again with --resume"
+                ) from None
+            raise
+        with self._fault_lock:
+            self._consecutive_faults = 0
+        return response
+
+    def _create_with_retries(self, messages: Sequence[Message], n: int, **kwargs: Any) -> Any:
         """One usable ``chat.completions.create`` reply, a faulty one retried ``fault_retries`` times.
 
         Raises:

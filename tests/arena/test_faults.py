@@ -293,3 +293,36 @@ def test_a_fault_in_a_utility_check_costs_that_check_not_the_session(session, fa
     assert store.get_session("u").status == "finished" and summary["rollouts"] >= 4
     assert "empty_choices" in server.served  # a utility check was attempted and its fault absorbed
     assert summary["utility_checks"] == 0
+
+
+def test_a_dead_endpoint_stops_the_session_after_faults_in_a_row_and_resume_finishes(session, fault_server):
+    """One fault costs one rollout; N in a row with no usable reply between mean the endpoint is down: the session
+    stops with one line (nothing stored is lost) instead of spending every later rollout's retries on it."""
+    from agents.policy import PolicyError
+
+    store, splits, cfg, run = session
+    dead = fault_server(lambda i, body: "reset" if is_solver(body) else "normal", content=content)
+    with pytest.raises(PolicyError) as e:
+        run(dead, max_consecutive_faults=3)
+    msg = str(e.value)
+    assert "\n" not in msg and dead.base_url in msg and "'M'" in msg
+    assert "failed 3 requests in a row" in msg and "--resume" in msg
+    assert store.get_session("s").status != "finished"
+    alive = fault_server(["normal"], content=content)
+    policy = OpenAIPolicy("M", base_url=alive.base_url, max_retries=0)
+    summary = run_session(cfg, store, Roles(policy, policy), splits, "s", resume=True)
+    assert store.get_session("s").status == "finished" and summary["episodes"] == 2
+    assert all(r.reward == 1.0 for r in rollouts(store, "s"))  # the rollouts ran once the endpoint was back
+
+
+def test_a_usable_reply_resets_the_count(fault_server):
+    """Faults that alternate with good replies never stop a session, however many there are."""
+    server = fault_server(["reset", "normal"], content=lambda body: "ok")
+    policy = OpenAIPolicy("M", base_url=server.base_url, max_retries=0, fault_retries=0, max_consecutive_faults=2)
+    outcomes = []
+    for _ in range(6):
+        try:
+            outcomes.append(policy.sample(CHAT, n=1, max_tokens=4)[0].text)
+        except EndpointFault as err:
+            outcomes.append(err.kind)
+    assert outcomes == ["connection", "ok"] * 3
