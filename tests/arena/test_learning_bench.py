@@ -61,10 +61,11 @@ def test_oracle_targets_are_worked_reference_answers():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # nine conditions, each a short session; minutes on a quiet machine, many more loaded
 def test_quick_bench_end_to_end(tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run([sys.executable, "-m", "arena.cli", "bench", "learning", "--quick", "--out", str(out), "--json"],
-                          capture_output=True, text=True, timeout=900, env={**os.environ})
+                          capture_output=True, text=True, timeout=2400, env={**os.environ})
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert list(result["conditions"]) == list(CONDITIONS)

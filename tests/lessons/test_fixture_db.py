@@ -80,16 +80,20 @@ def test_read_matches_the_code_before_the_redesign(today_reads, read):
 ADDED_FIELDS = {
     "training_rollouts": {"episode_id"},  # the episode of each rollout (GRPO's groups), issue 15
     "session_stats": {"curation_rejected"},  # the teacher ops the curator refused (migration 0009), issue 17
-    "episode": {"curation_rejected"},  # the same, on the TUI's episode screen
+    # the same, on the TUI's episode screen; and each rollout's fault kind (the episode screen shows it)
+    "episode": {"curation_rejected", "fault"},
 }
 
 
 def _without_added_fields(read: str, value: Any) -> Any:
-    """``value`` with the fields in :data:`ADDED_FIELDS` for this read dropped (from it, or from each of its records)."""
+    """``value`` with the fields in :data:`ADDED_FIELDS` for this read dropped, at any depth of its records."""
     added = next((f for name, f in ADDED_FIELDS.items() if read.endswith(f": {name}")), set())
-    if added and isinstance(value, dict):  # one record, or records by id
-        return {k: ({f: x for f, x in v.items() if f not in added} if isinstance(v, dict) else v)
-                for k, v in value.items() if k not in added}
-    if not added or not isinstance(value, list):
-        return value
-    return [{k: v for k, v in row.items() if k not in added} if isinstance(row, dict) else row for row in value]
+    return _drop(value, added) if added else value
+
+
+def _drop(value: Any, fields: set[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop(v, fields) for k, v in value.items() if k not in fields}
+    if isinstance(value, list):
+        return [_drop(v, fields) for v in value]
+    return value
