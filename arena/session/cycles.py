@@ -129,7 +129,6 @@ def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
         min_examples=cfg.sleep_min_examples,
         train=TrainConfig(lr=cfg.sleep_lr, epochs=cfg.sleep_epochs, max_steps=cfg.sleep_steps,
                           max_seq_len=max_seq_len, seed=(cfg.seed + cycle) % 2**32,
-                          # grpo / guide-grpo: π_old and π_θ at the rollouts' sampling temperature
                           # grpo / guide-grpo / distill's guided weights: ratios at the rollouts' sampling temperature
                           temperature=cfg.temperature if cfg.sleep in (*RL_OBJECTIVES, "distill") else 1.0,
                           kl_coef=cfg.sleep_kl_coef, sample_tokens=cfg.max_tokens),
