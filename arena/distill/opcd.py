@@ -37,8 +37,8 @@ from arena.distill.data import DistillDataset, NoTrainingData
 from arena.distill.losses import reverse_kl
 from arena.distill.trainer import (
     EncodedExample,
-    TrainingError,
     TrainResult,
+    backward,
     collate,
     completion_logits,
     finish_run,
@@ -277,13 +277,7 @@ def train_opcd(
                     # (N, V): the frozen starting policy with the context
                     t_logits = completion_logits(peft_model if teacher is None else teacher, with_context)
                 loss = reverse_kl(s_logits, t_logits).sum() / n_step
-                loss_value = float(loss.detach())
-                if not math.isfinite(loss_value):
-                    raise TrainingError(
-                        f"loss became {loss_value} at step {step + 1}; lower --lr (now {cfg.lr}) or check the data"
-                    )
-                loss.backward()
-                step_loss += loss_value
+                step_loss += backward(loss, step, cfg)
                 result.tokens += int(student["attention_mask"].sum()) + int(with_context["attention_mask"].sum())
                 result.completion_tokens += int(student["target_mask"].sum())
             optimizer_step(params, opt, sched, cfg)

@@ -304,6 +304,19 @@ def progress_bar(console: Any | None, steps: int) -> tuple[Any | None, Any]:
 
 
 
+def backward(loss: torch.Tensor, step: int, cfg: TrainConfig) -> float:
+    """Back-propagate one micro-batch's loss (a scalar) and return its value.
+
+    Raises:
+        TrainingError: the loss is NaN or infinite (nothing is back-propagated).
+    """
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        raise TrainingError(f"loss became {value} at step {step + 1}; lower --lr (now {cfg.lr}) or check the data")
+    loss.backward()
+    return value
+
+
 def optimizer_step(params: list, opt: Any, sched: Any, cfg: TrainConfig) -> None:
     """One optimizer step on the accumulated gradients: clip to ``cfg.max_grad_norm`` (0: off), step, schedule, zero."""
     if cfg.max_grad_norm > 0:
@@ -392,13 +405,7 @@ def train(
                 if gamma is not None:
                     result.gammas.append(gamma)
                 loss = (w * -logp).sum() / n_step
-                loss_value = float(loss.detach())
-                if not math.isfinite(loss_value):
-                    raise TrainingError(
-                        f"loss became {loss_value} at step {step + 1}; lower --lr (now {cfg.lr}) or check the data"
-                    )
-                loss.backward()
-                step_loss += loss_value
+                step_loss += backward(loss, step, cfg)
                 result.tokens += int(batch["attention_mask"].sum())
                 result.completion_tokens += int(batch["target_mask"].sum())
             optimizer_step(params, opt, sched, cfg)
@@ -563,13 +570,7 @@ def train_rl(
                 loss_sum, stats = rl_token_losses(logp, batch["old_logprobs"][tm], batch["advantages"][tm],
                                                   batch["guided"][tm], cfg, logp_ref)
                 loss = loss_sum / n_step
-                loss_value = float(loss.detach())
-                if not math.isfinite(loss_value):
-                    raise TrainingError(
-                        f"loss became {loss_value} at step {step + 1}; lower --lr (now {cfg.lr}) or check the data"
-                    )
-                loss.backward()
-                step_loss += loss_value
+                step_loss += backward(loss, step, cfg)
                 if stats["gamma"] is not None:
                     result.gammas.append(stats["gamma"])
                 if stats["kl_sum"] is not None:
