@@ -130,6 +130,15 @@ class DistillDataset:
             "skipped": dict(sorted(self.skipped.items())),
         }
 
+    def skip_reasons(self) -> str:
+        """What was left out, for a one-line message: ``"2 failed, 1 no token ids"``."""
+        return ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(self.skipped.items()))
+
+    def require_rollouts(self, session: str) -> None:
+        """Raise :class:`NoTrainingData` when the session had no train rollout at all (every objective's first check)."""
+        if self.rollouts_seen == 0:
+            raise NoTrainingData(f"session {session!r} has no rollouts of train tasks to distill; run `arena run` first")
+
     @property
     def lessons_in_context(self) -> list[str]:
         """Lessons whose effect was trained in: those in the sampling context of any example.
@@ -220,9 +229,8 @@ def require_examples(data: DistillDataset, session: str, threshold: float) -> No
     """Raise :class:`NoTrainingData` with the reason when ``data`` has no example."""
     if data.examples:
         return
-    if data.rollouts_seen == 0:
-        raise NoTrainingData(f"session {session!r} has no rollouts of train tasks to distill; run `arena run` first")
-    reasons = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(data.skipped.items()))
+    data.require_rollouts(session)
+    reasons = data.skip_reasons()
     raise NoTrainingData(
         f"no eligible training data in session {session!r} for objective {data.objective}: "
         f"{data.rollouts_seen} rollouts, none usable ({reasons}); lower --success-threshold "
@@ -551,15 +559,14 @@ def require_rl_examples(data: DistillDataset, session: str) -> None:
     """
     if data.examples:
         return
-    if data.rollouts_seen == 0:
-        raise NoTrainingData(f"session {session!r} has no rollouts of train tasks to distill; run `arena run` first")
+    data.require_rollouts(session)
     sk = data.skipped
     if sk["group_of_one"] and sk["group_of_one"] == sk.total() - sk["guided_not_used"]:
         raise BadTrainingData(
             f"every group of session {session!r} has a single rollout (k = 1): objective {data.objective} needs at least "
             "2 rollouts per task for a group-relative advantage; run the session with --rollouts 4"
         )
-    reasons = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(sk.items()))
+    reasons = data.skip_reasons()
     raise NoTrainingData(
         f"no eligible training data in session {session!r} for objective {data.objective}: {data.rollouts_seen} "
         f"rollouts, no group with unequal rewards to learn from ({reasons}); run more rounds or more --rollouts"

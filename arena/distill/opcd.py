@@ -135,12 +135,10 @@ def require_opcd_examples(data: DistillDataset, session: str) -> None:
     """Raise :class:`~arena.distill.data.NoTrainingData` with the reason when ``data`` has no example."""
     if data.examples:
         return
-    if data.rollouts_seen == 0:
-        raise NoTrainingData(f"session {session!r} has no rollouts of train tasks to distill; run `arena run` first")
-    skipped = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(data.skipped.items()))
+    data.require_rollouts(session)
     raise NoTrainingData(
         f"no eligible training data in session {session!r} for objective opcd: no episode had lessons or a hint "
-        f"in its solver's context ({skipped}); run the session with lessons (reflection on) or hints"
+        f"in its solver's context ({data.skip_reasons()}); run the session with lessons (reflection on) or hints"
     )
 
 
