@@ -1,11 +1,19 @@
-"""Small statistics used in summaries: Wilson intervals for pass@1 and the unbiased pass@k estimator."""
+"""Small statistics used in summaries: Wilson intervals for pass@1, paired tests, and the unbiased pass@k estimator.
+
+:func:`pass_at_k` and :func:`mean_pass_at_k` live in :mod:`lessons.outcomes` (the read models use them too) and
+are re-exported here.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from lessons.outcomes import count_passes
+from lessons.outcomes import mean_pass_at_k, pass_at_k
+
+__all__ = [
+    "mcnemar_exact", "mean_pass_at_k", "paired_comparison", "paired_difference_interval", "pass_at_k", "wilson_interval",
+]
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -29,24 +37,6 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k estimate from n samples with c correct (Chen et al. 2021, "Codex" paper).
-
-    ``1 - C(n-c, k) / C(n, k)``; requires ``1 ≤ k ≤ n``.
-    """
-    if not 1 <= k <= n:
-        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
-
-
-def mean_pass_at_k(groups: Sequence[Sequence[float]], k: int, threshold: float = 1.0) -> float:
-    """Mean pass@k over groups of rewards (a rollout passes as :func:`lessons.outcomes.passes` says)."""
-    vals = [pass_at_k(len(g), count_passes(g, threshold), k) for g in groups if len(g) >= k]
-    return sum(vals) / len(vals) if vals else 0.0
 
 
 def paired_difference_interval(

@@ -6,7 +6,8 @@ becomes training data and every green row in the TUI is decided here, so the cou
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 
 PASS_EPS = 1e-9  # float slack: a reward within this of the threshold passes (0.1 + 0.2 + 0.7 == 1.0)
 
@@ -28,6 +29,24 @@ def passes(reward: float | None, threshold: float = 1.0) -> bool:
 def count_passes(rewards: Iterable[float | None], threshold: float = 1.0) -> int:
     """The number of rewards in ``rewards`` that :func:`passes` at ``threshold``."""
     return sum(passes(r, threshold) for r in rewards)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimate from n samples with c correct (Chen et al. 2021, "Codex" paper).
+
+    ``1 - C(n-c, k) / C(n, k)``; requires ``1 ≤ k ≤ n``.
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def mean_pass_at_k(groups: Sequence[Sequence[float]], k: int, threshold: float = 1.0) -> float:
+    """Mean pass@k over groups of rewards (a rollout passes as :func:`lessons.outcomes.passes` says)."""
+    vals = [pass_at_k(len(g), count_passes(g, threshold), k) for g in groups if len(g) >= k]
+    return sum(vals) / len(vals) if vals else 0.0
 
 
 # Held-out evaluation names (``evaluations.name``): written by the session runner, read by the

@@ -44,13 +44,14 @@ def stored_eval_summary(e: EvaluationInfo | None) -> dict[str, Any] | None:
     return {"pass_at_1": round(e.pass_at_1, 4) if e.n else None, "n": e.n, "ci95": [round(e.ci_lo, 4), round(e.ci_hi, 4)]}
 
 
-def rounds_summary(store: LessonStore, session_id: int, rollouts: int) -> list[dict[str, Any]]:
+def rounds_summary(store: LessonStore, session_id: int, rollouts: int, threshold: float = 1.0) -> list[dict[str, Any]]:
     """Per-round figures: ``round``, ``episodes``, ``mean_reward``, ``pass_at_1`` and ``pass_at_{rollouts}`` (sampled).
 
     Args:
         store: the library.
         session_id: the session.
         rollouts: k of the pass@k column (``--rollouts``).
+        threshold: the success threshold of a pass (``--success-threshold``: 0.8 for rubric rewards by default).
     """
     rounds = []
     for rnd, groups in sorted(store.round_rewards(session_id).items()):
@@ -60,8 +61,8 @@ def rounds_summary(store: LessonStore, session_id: int, rollouts: int) -> list[d
                 "round": rnd,
                 "episodes": len(groups),
                 "mean_reward": round(sum(flat) / len(flat), 4) if flat else 0.0,
-                "pass_at_1": round(mean_pass_at_k(groups, 1), 4),
-                f"pass_at_{rollouts}": round(mean_pass_at_k(groups, rollouts), 4),
+                "pass_at_1": round(mean_pass_at_k(groups, 1, threshold), 4),
+                f"pass_at_{rollouts}": round(mean_pass_at_k(groups, rollouts, threshold), 4),
             }
         )
     return rounds
@@ -100,7 +101,7 @@ def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: S
     }
     for name in EVAL_NAMES:
         summary[name] = stored_eval_summary(evals.get(name))
-    summary["rounds"] = rounds_summary(store, session_id, cfg.rollouts)
+    summary["rounds"] = rounds_summary(store, session_id, cfg.rollouts, cfg.success_threshold)
     stored = HeldoutEvals(store, session_id, [], cfg.lesson_tokens, cfg.max_tokens).stored
     after = stored(HELDOUT_AFTER)
     summary["heldout_after_vs_before"] = paired(after, stored(HELDOUT_BEFORE))
@@ -197,8 +198,8 @@ def cycles_summary(store: LessonStore, session: str, session_id: int, cfg: Sessi
             "data": report,
             "heldout": with_l.summary(with_passes=False) if with_l else None,
             "heldout_no_lessons": plain.summary(with_passes=False) if plain else None,
-            "train_pass_at_1": round(mean_pass_at_k(groups, 1), 4),
-            "train_pass_at_k": round(mean_pass_at_k(groups, cfg.rollouts), 4),
+            "train_pass_at_1": round(mean_pass_at_k(groups, 1, cfg.success_threshold), 4),
+            "train_pass_at_k": round(mean_pass_at_k(groups, cfg.rollouts, cfg.success_threshold), 4),
             "vs_before": paired(with_l, before),
             "lessons_vs_no_lessons": paired(with_l, plain),
             "sleep_refused": None,  # set by the runner when this cycle's sleep had too little data

@@ -28,6 +28,7 @@ from lessons.library.read_models.views import (
     LearningCurve,
     LessonDetail,
     LessonPage,
+    LibraryTimeline,
     RolloutView,
     SessionSummary,
 )
@@ -36,6 +37,6 @@ from lessons.library.store import EventInfo, LessonInfo
 __all__ = [
     "LESSON_STATUSES", "PAGE_SIZE", "SEARCH_LIMIT", "TUI_ORIGIN", "USER_ERRORS",
     "AdapterReads", "AdapterView", "ArenaData", "DatabaseProblem", "EpisodeDetail", "EpisodeSummary", "EventInfo",
-    "LearningCurve", "LessonDetail", "LessonInfo", "LessonPage", "LessonReads", "RolloutView", "SessionReads",
+    "LearningCurve", "LessonDetail", "LibraryTimeline", "LessonInfo", "LessonPage", "LessonReads", "RolloutView", "SessionReads",
     "SessionSummary", "configure_budget", "open_store",
 ]

@@ -24,16 +24,21 @@ from lessons.db.schema import (
     SessionRow,
     TaskRow,
 )
+from lessons.library.curation import approx_tokens
 from lessons.library.life_cycle import REPLAY_OPS, StatusHistory, replay_status
 from lessons.library.read_models.views import (
     EpisodeDetail,
     EpisodeSummary,
     LearningCurve,
+    LibraryTimeline,
     RolloutView,
     SessionSummary,
 )
 from lessons.library.store import EventInfo, LessonStore
-from lessons.outcomes import HELDOUT_AFTER, HELDOUT_BEFORE
+from lessons.outcomes import HELDOUT_AFTER, HELDOUT_BEFORE, mean_pass_at_k
+from lessons.vocab import LESSON_STATUSES, LIVE_STATUSES
+
+TIMELINE_OPS = ("ADD", "EDIT", "MERGE", "RETIRE", "DISTILL")  # the curation events a library timeline marks
 
 
 class _Event(NamedTuple):
@@ -60,6 +65,21 @@ def _as_utc(v: Any) -> datetime | None:
         return v
     d = datetime.fromisoformat(str(v))
     return d if d.tzinfo else d.replace(tzinfo=UTC)
+
+
+def _status_histories(s: Any) -> tuple[dict[int, StatusHistory], dict[int, datetime]]:
+    """Every lesson's replayed status history and creation time, by ``lessons.id`` (one read transaction ``s``)."""
+    lessons = s.execute(select(LessonRow.id, LessonRow.status, LessonRow.created_at)).all()
+    events: dict[int, list[_Event]] = {}
+    for lid, *cols, at in s.execute(
+        select(LessonEventRow.lesson_id, LessonEventRow.op, LessonEventRow.before, LessonEventRow.after,
+               LessonEventRow.target_lesson_id, LessonEventRow.episode_id, LessonEventRow.created_at)
+        .where(LessonEventRow.op.in_(REPLAY_OPS))
+        .order_by(LessonEventRow.id)
+    ):
+        events.setdefault(lid, []).append(_Event(*cols, _as_utc(at)))
+    history = {lid: replay_status(status, events.get(lid, ())) for lid, status, _ in lessons}
+    return history, {lid: _as_utc(at) for lid, _, at in lessons}
 
 
 class SessionReads:
@@ -179,37 +199,101 @@ class SessionReads:
                 .group_by(EpisodeRow.round)
             ):
                 cutoffs[rnd] = max(t for t in (_as_utc(fin), _as_utc(ev_at)) if t is not None)
-            lessons = s.execute(select(LessonRow.id, LessonRow.status, LessonRow.created_at)).all()
-            events: dict[int, list[_Event]] = {}
-            for lid, *cols, at in s.execute(
-                select(LessonEventRow.lesson_id, LessonEventRow.op, LessonEventRow.before, LessonEventRow.after,
-                       LessonEventRow.target_lesson_id, LessonEventRow.episode_id, LessonEventRow.created_at)
-                .where(LessonEventRow.op.in_(REPLAY_OPS))
-                .order_by(LessonEventRow.id)
-            ):
-                events.setdefault(lid, []).append(_Event(*cols, _as_utc(at)))
+            history, created = _status_histories(s)
             evals = {
-                name: p
-                for name, p, n in s.execute(
-                    select(EvaluationRow.name, EvaluationRow.pass_at_1, EvaluationRow.n).where(
+                name: (p, (lo, hi))
+                for name, p, n, lo, hi in s.execute(
+                    select(EvaluationRow.name, EvaluationRow.pass_at_1, EvaluationRow.n, EvaluationRow.ci_lo,
+                           EvaluationRow.ci_hi).where(
                         EvaluationRow.session_id == session_id,
                         EvaluationRow.name.in_([HELDOUT_BEFORE, HELDOUT_AFTER]),
                     )
                 )
                 if n  # n = 0: nothing graded, no point on the curve
             }
-        history: dict[int, StatusHistory] = {lid: replay_status(status, events.get(lid, ())) for lid, status, _ in lessons}
-        created = {lid: _as_utc(at) for lid, _, at in lessons}
         active = [
             sum(1 for lid in history if created[lid] <= cutoffs[rnd] and history[lid].at(cutoffs[rnd]) == "active")
             for rnd in rounds
         ]
-        heldout = []
+        points = []
         if HELDOUT_BEFORE in evals:
-            heldout.append((0, evals[HELDOUT_BEFORE]))
+            points.append((0, evals[HELDOUT_BEFORE]))
         if HELDOUT_AFTER in evals:
-            heldout.append((rounds[-1] if rounds else 1, evals[HELDOUT_AFTER]))
-        return LearningCurve(rounds, means, active, heldout)
+            points.append((rounds[-1] if rounds else 1, evals[HELDOUT_AFTER]))
+        k, threshold = self._group_settings(session_id)
+        return LearningCurve(
+            rounds, means, active,
+            heldout=[(x, p) for x, (p, _) in points],
+            heldout_ci=[ci for _, (_, ci) in points],
+            pass_at_1=[mean_pass_at_k(per_round[r], 1, threshold) for r in rounds],
+            pass_at_k=[mean_pass_at_k(per_round[r], k, threshold) if k else 0.0 for r in rounds],
+            k=k,
+        )
+
+    def _group_settings(self, session_id: int) -> tuple[int, float]:
+        """The session's group size k (``--rollouts``; 0 when not recorded) and success threshold (default 1.0)."""
+        with self.store.read() as s:
+            config = s.scalar(select(SessionRow.config).where(SessionRow.id == session_id))
+        config = config if isinstance(config, dict) else {}
+        k, threshold = config.get("rollouts"), config.get("success_threshold")
+        return (k if isinstance(k, int) and k > 0 else 0,
+                float(threshold) if isinstance(threshold, (int, float)) and 0 < threshold <= 1 else 1.0)
+
+    def library_timeline(self, session_id: int) -> LibraryTimeline | None:
+        """The library during the session (see :class:`LibraryTimeline`); None for an unknown session.
+
+        One pass over the replayed status histories: the counts at the session's start, then one
+        point per moment in the window when a lesson was created or changed status. Tokens are
+        ``lessons.tokens`` (or :func:`lessons.library.curation.approx_tokens` when uncounted).
+        """
+        with self.store.read() as s:
+            row = s.execute(select(SessionRow.created_at, SessionRow.finished_at).where(SessionRow.id == session_id)).first()
+            if row is None:
+                return None
+            start = _as_utc(row[0])
+            history, created = _status_histories(s)
+            sizes = {lid: tok if tok is not None else approx_tokens(text)
+                     for lid, tok, text in s.execute(select(LessonRow.id, LessonRow.tokens, LessonRow.text))}
+            ops = s.execute(
+                select(LessonEventRow.created_at, LessonEventRow.op, LessonRow.lesson_id)
+                .join(LessonRow, LessonEventRow.lesson_id == LessonRow.id)
+                .where(LessonEventRow.op.in_(TIMELINE_OPS), LessonEventRow.created_at >= start)
+                .order_by(LessonEventRow.id)
+            ).all()
+        end = _as_utc(row[1]) or max([start, *(_as_utc(at) for at, *_ in ops)])
+        events = [(at, op, lid) for at, op, lid in ((_as_utc(a), o, i) for a, o, i in ops) if at <= end]
+        counts = {st: 0 for st in LESSON_STATUSES}
+        tokens = 0
+        moves: list[tuple[datetime, int, str | None, str]] = []  # (when, lesson, old status, new status)
+        for lid, h in history.items():
+            if created[lid] <= start:
+                st = h.at(start)
+                counts[st] = counts.get(st, 0) + 1
+                tokens += sizes[lid] if st in LIVE_STATUSES else 0
+            elif created[lid] <= end:
+                moves.append((created[lid], lid, None, h.initial))
+            old = h.initial
+            for at, new in h.changes:
+                if max(start, created[lid]) < at <= end:
+                    moves.append((at, lid, old, new))
+                old = new
+        times, series, live = [start], {st: [n] for st, n in counts.items()}, [tokens]
+        for at, lid, old, new in sorted(moves, key=lambda m: (m[0], m[1])):
+            if old is not None:
+                counts[old] -= 1
+                tokens -= sizes[lid] if old in LIVE_STATUSES else 0
+            counts[new] = counts.get(new, 0) + 1
+            tokens += sizes[lid] if new in LIVE_STATUSES else 0
+            if times[-1] == at:
+                for st in series:
+                    series[st][-1] = counts[st]
+                live[-1] = tokens
+            else:
+                times.append(at)
+                for st in series:
+                    series[st].append(counts[st])
+                live.append(tokens)
+        return LibraryTimeline(start, end, times, series, live, events)
 
     def episode(self, episode_id: int) -> EpisodeDetail | None:
         """One episode with its rollouts, hint, lessons in context and curation ops; None if gone."""

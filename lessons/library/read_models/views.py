@@ -54,6 +54,30 @@ class LearningCurve:
     mean_reward: list[float]
     active_lessons: list[int]
     heldout: list[tuple[int, float]]  # (round, held-out pass@1 with lessons)
+    heldout_ci: list[tuple[float, float]] = field(default_factory=list)  # the stored 95% interval of each heldout point
+    pass_at_1: list[float] = field(default_factory=list)  # sampled pass@1 per round (mean over its groups)
+    pass_at_k: list[float] = field(default_factory=list)  # unbiased pass@k per round, k = the session's group size
+    k: int = 0  # the session's group size (--rollouts); 0: unknown
+
+
+@dataclass(frozen=True)
+class LibraryTimeline:
+    """The library while a session ran: live lessons by status and their tokens, with the curation events.
+
+    ``times[i]`` is the session's start, then every moment inside the session's window
+    (start → finish, or → the latest event while it runs) when a lesson was created or changed
+    status; ``counts[status][i]`` is the number of lessons with that status just after
+    ``times[i]`` (replayed from the audit log) and ``live_tokens[i]`` the solver tokens of
+    the candidate and active ones (each lesson counted at its current text's size). The
+    library is shared: events by other sessions or by hand inside the window count too.
+    """
+
+    start: datetime  # UTC
+    end: datetime  # UTC
+    times: list[datetime]
+    counts: dict[str, list[int]]  # every status of lessons.vocab.LESSON_STATUSES
+    live_tokens: list[int]
+    events: list[tuple[datetime, str, str]]  # (when, op, lesson id) of the window's ADD/EDIT/MERGE/RETIRE/DISTILL
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,74 @@
+"""``arena report``: one self-contained HTML page and a PNG per figure of a session, or of several compared.
+
+:func:`write_session_report` reads the session (:func:`arena.report.data.gather`), draws its
+figures (:mod:`arena.report.figures`, matplotlib) and writes the page
+(:mod:`arena.report.page`); :func:`write_compare_report` puts several sessions' held-out
+pass@1 on one figure. Both read everything before they create the output directory, and raise
+:class:`ReportError` (one line) on bad input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from arena.report.data import ReportError, SessionData, gather
+from arena.report.figures import Figure, compare_figure, session_figures
+from arena.report.page import ReportFiles, check_out_dir, compare_page, session_page, write_files
+from lessons.library.store import LessonStore, StoreError
+
+__all__ = ["Figure", "ReportError", "ReportFiles", "SessionData", "gather", "write_compare_report", "write_session_report"]
+
+
+def _open(db: str) -> LessonStore:
+    """The existing library ``db`` (a bare path that does not exist is an error, not a new library)."""
+    if "://" not in db and not Path(db).is_file():
+        raise ReportError(f"no database at {db}; run `arena run --db {db}` first")
+    try:
+        return LessonStore(db)
+    except StoreError as e:
+        raise ReportError(str(e)) from None
+
+
+def write_session_report(db: str, session: str, out: Path) -> ReportFiles:
+    """Write the report of ``session`` into ``out``: ``report.html`` and one PNG per figure.
+
+    Args:
+        db: the library (SQLite path or SQLAlchemy URL), which must exist.
+        session: the session's name.
+        out: the output directory (created when missing).
+
+    Returns:
+        The paths written: ``report.html`` and the PNGs.
+
+    Raises:
+        ReportError: ``out`` unwritable, no such session, or it has no held-out evaluation.
+    """
+    store = _open(db)
+    try:
+        data = gather(store, session, db)
+    finally:
+        store.close()
+    check_out_dir(out)  # after the reads: a session that cannot be reported leaves no empty directory behind
+    figures = session_figures(data)
+    return write_files(out, session_page(data, figures), figures)
+
+
+def write_compare_report(db: str, sessions: Sequence[str], out: Path) -> ReportFiles:
+    """Write one page with the held-out pass@1 of ``sessions`` on one figure (``compare.png`` beside it).
+
+    Raises:
+        ReportError: ``out`` unwritable, fewer than two distinct sessions, an unknown session, or one
+            with no held-out evaluation.
+    """
+    names = list(dict.fromkeys(sessions))
+    if len(names) < 2:
+        raise ReportError(f"--compare needs at least two different sessions, got {', '.join(names) or 'none'}")
+    store = _open(db)
+    try:
+        series = [(name, gather(store, name, db).heldout) for name in names]
+    finally:
+        store.close()
+    check_out_dir(out)
+    figure = compare_figure(series)
+    return write_files(out, compare_page(names, figure), [figure])
