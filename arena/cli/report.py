@@ -12,7 +12,7 @@ from arena.cli.support import fail, quiet_libraries
 
 
 def report(
-    sessions: Annotated[Optional[list[str]], typer.Argument(help="With --compare: the sessions to compare (two or more).",
+    sessions: Annotated[Optional[list[str]], typer.Argument(help="With --compare: two or more sessions of --db, or library files (each: its newest session).",
                                                             show_default=False)] = None,
     db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
     session: Annotated[Optional[str], typer.Option(help="The session (default: the newest one with episodes).")] = None,
@@ -22,7 +22,8 @@ def report(
 ) -> None:
     """Write the report of a session: held-out pass@1 with CIs and paired tests, train rates, hints, the library, lessons and adapters.
 
-    `arena report --compare S1 S2 ...` compares sessions (e.g. the conditions of `arena bench learning`).
+    `arena report --compare S1 S2 ...` compares sessions; a library file stands for its newest session, so
+    `arena report --compare bench-learning/*.db` compares the conditions of `arena bench learning`.
     Exit code 2 on bad input (unknown session, no evaluation yet, unwritable --out).
     """
     quiet_libraries()

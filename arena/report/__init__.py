@@ -57,18 +57,32 @@ def write_session_report(db: str, session: str, out: Path) -> ReportFiles:
 def write_compare_report(db: str, sessions: Sequence[str], out: Path) -> ReportFiles:
     """Write one page with the held-out pass@1 of ``sessions`` on one figure (``compare.png`` beside it).
 
+    Args:
+        db: the library the session names are looked up in.
+        sessions: two or more entries, each a session name in ``db`` or the path of another
+            library file, which stands for its newest session with episodes (``arena bench
+            learning`` writes one library per condition: ``--compare bench-learning/*.db``).
+        out: the output directory.
+
     Raises:
         ReportError: ``out`` unwritable, fewer than two distinct sessions, an unknown session, or one
             with no held-out evaluation.
     """
-    names = list(dict.fromkeys(sessions))
-    if len(names) < 2:
-        raise ReportError(f"--compare needs at least two different sessions, got {', '.join(names) or 'none'}")
-    store = _open(db)
-    try:
-        series = [(name, gather(store, name, db).heldout) for name in names]
-    finally:
-        store.close()
+    entries = list(dict.fromkeys(sessions))
+    if len(entries) < 2:
+        raise ReportError(f"--compare needs at least two different sessions, got {', '.join(entries) or 'none'}")
+    series = []
+    for entry in entries:
+        from_file = "://" not in entry and Path(entry).is_file()
+        store = _open(entry if from_file else db)
+        try:
+            name = store.latest_session_with_episodes() if from_file else entry
+            if name is None:
+                raise ReportError(f"{entry} has no session with episodes")
+            label = f"{Path(entry).stem}: {name}" if from_file else name
+            series.append((label, gather(store, name, entry if from_file else db).heldout))
+        finally:
+            store.close()
     check_out_dir(out)
     figure = compare_figure(series)
-    return write_files(out, compare_page(names, figure), [figure])
+    return write_files(out, compare_page([label for label, _ in series], figure), [figure])

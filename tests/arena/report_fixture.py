@@ -61,7 +61,7 @@ def _evaluate(store: LessonStore, sid: int, name: str, rewards: list[float]) -> 
                             wilson_interval(count_passes(rewards), len(rewards)), {"tasks": rows})
 
 
-def _episode(sid: int, key: str, rnd: int, task: str, lessons: list[str], rewards: list[float],
+def episode(sid: int, key: str, rnd: int, task: str, lessons: list[str], rewards: list[float],
              guided: list[float] | None = None, reflection: Reflection | None = None) -> EpisodeRecord:
     rollouts = [_rollout(i, r) for i, r in enumerate(rewards)] + [_rollout(i, r, True) for i, r in enumerate(guided or [])]
     return EpisodeRecord(sid, key, rnd, task, "You are a careful solver.", lessons, rollouts,
@@ -82,15 +82,15 @@ def build(path: Path) -> Path:
         _evaluate(store, sid, "heldout_before", HELDOUT["heldout_before"])
         a, b = (t.task_key for t in tasks)
         helpful = Reflection(analysis="carry", tags=[LessonTag(lesson_id="chain_sum-00001", tag="helpful")])
-        store.record_episode(_episode(sid, "r001-a", 1, a, [], [1, 0, 0, 1], reflection=Reflection(
+        store.record_episode(episode(sid, "r001-a", 1, a, [], [1, 0, 0, 1], reflection=Reflection(
             analysis="carried", add=[AddOp(text=LESSON, scope="chain_sum", rationale="rollouts 0 and 3")])))
-        store.record_episode(_episode(sid, "r001-b", 1, b, ["chain_sum-00001", "global-00001"], [0, 0, 0, 0], [1, 0],
+        store.record_episode(episode(sid, "r001-b", 1, b, ["chain_sum-00001", "global-00001"], [0, 0, 0, 0], [1, 0],
                                       reflection=helpful))
         _evaluate(store, sid, "heldout_cycle1", HELDOUT["heldout_cycle1"])
         _evaluate(store, sid, "heldout_cycle1_no_lessons", HELDOUT["heldout_cycle1_no_lessons"])
-        store.record_episode(_episode(sid, "r002-a", 2, a, ["chain_sum-00001", "global-00001"], [1, 1, 1, 0],
+        store.record_episode(episode(sid, "r002-a", 2, a, ["chain_sum-00001", "global-00001"], [1, 1, 1, 0],
                                       reflection=helpful))
-        store.record_episode(_episode(sid, "r002-b", 2, b, ["chain_sum-00001"], [0, 0, 0, 0], [0, 0]))
+        store.record_episode(episode(sid, "r002-b", 2, b, ["chain_sum-00001"], [0, 0, 0, 0], [0, 0]))
         rollout_ids = [r.rollout_id for r in AdapterStore(store).training_rollouts("wake-sleep")][:3]
         ev = {"base": {"pass_at_1": 0.2, "n": 10, "passes": 2, "ci95": [0.057, 0.51]},
               "adapter": {"pass_at_1": 0.4, "n": 10, "passes": 4, "ci95": [0.168, 0.687]}, "heldout_tasks": 10}
@@ -107,7 +107,7 @@ def build(path: Path) -> Path:
                                                   "success_threshold": 0.8}, seed=1)
         store.upsert_tasks(rid, tasks)
         _evaluate(store, rid, "heldout_before", [1, 0])
-        store.record_episode(_episode(rid, "r001-a", 1, a, [], JUDGE))
+        store.record_episode(episode(rid, "r001-a", 1, a, [], JUDGE))
         store.create_session("fresh", {"families": ["chain_sum"]}, seed=2)
     with sqlite3.connect(path) as conn:  # the judge's grading fields, as RubricStore.record_grading leaves them
         ids = [i for (i,) in conn.execute(

@@ -130,6 +130,20 @@ def test_compare_puts_sessions_on_one_figure(db: Path, tmp_path: Path) -> None:
     assert "wake-sleep, rubric-run" in page and "2 sessions; n = 2, 10 held-out tasks" in page
 
 
+def test_compare_takes_library_files_as_their_newest_session(db: Path, tmp_path: Path) -> None:
+    """`arena bench learning` keeps one library per condition: `--compare a.db b.db` compares them."""
+    other = tmp_path / "sft.db"
+    with LessonStore(str(other)) as store:
+        sid = store.create_session("sft", {"families": ["chain_sum"], "rollouts": 2}, seed=0)
+        store.upsert_tasks(sid, [report_fixture.Task("chain_sum/train/00000", "1 + 2", "3")])
+        store.record_evaluation(sid, "heldout_before", "heldout", True, [1, 1, 0], wilson_interval(2, 3), {})
+        store.record_episode(report_fixture.episode(sid, "r001-a", 1, "chain_sum/train/00000", [], [1, 0]))
+    proc = arena("report", "--db", str(db), "--compare", "wake-sleep", str(other), "--out", str(tmp_path / "cmp"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    page = Path(json.loads(proc.stdout)["html"]).read_text()
+    assert "Sessions compared: wake-sleep, sft: sft" in page and "n = 3, 10 held-out tasks" in page
+
+
 def test_empty_parts_draw_a_figure_that_says_so(db: Path, tmp_path: Path) -> None:
     with LessonStore(str(db)) as store:
         sid = store.create_session("only-before", {"families": ["chain_sum"], "rollouts": 2}, seed=3)
