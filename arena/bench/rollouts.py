@@ -39,6 +39,47 @@ BASELINE_MISSING = (
 )
 
 
+# llama-cpp-python single-stream completion tok/s on the embedded GGUF, by CPU threads, on the machine the
+# project is measured on (2 cores; shared/DESIGN.md "Known figures": ~85–110, 91 on the bench's own prompts).
+KNOWN_LLAMACPP_TOK_S: dict[int, tuple[float, float]] = {2: (85.0, 110.0)}
+FAR = 0.25  # a baseline more than 25% outside its known range is a measurement bug, not a figure
+MAX_LOAD = 1.0  # the 1-minute load average a run must start below (README: "uptime below 1 before you start")
+KNOWN_MIN_TOKENS = 64  # the known figure is for completions this long or longer (short ones are prompt-bound)
+
+
+def ratio_refusal(load_before: float, llamacpp_tok_s: float | None, threads: int, max_tokens: int) -> str | None:
+    """Why a measured ratio must not be reported, or None when it may be.
+
+    A ratio is refused when the machine was loaded at the start (another job shares the cores
+    and slows both samplers unequally) or when the llama.cpp baseline is far from its known
+    figure for this thread count (the 4.54× once recorded came from a 27.5 tok/s baseline on a
+    machine that gives it ~91). Without a known figure for ``threads`` (another machine), or
+    with completions shorter than :data:`KNOWN_MIN_TOKENS`, only the load is checked.
+
+    Args:
+        load_before: 1-minute load average when the run started (``os.getloadavg()[0]``).
+        llamacpp_tok_s: the baseline's completion tokens/s; None: no baseline, nothing to refuse.
+        threads: CPU threads both samplers used.
+        max_tokens: the completion cap of the run.
+
+    Returns:
+        One line saying what was wrong and what to do, or None.
+    """
+    if llamacpp_tok_s is None:
+        return None
+    if load_before >= MAX_LOAD:
+        return (f"load average {load_before:.2f} at the start (must be below {MAX_LOAD:g}): another job shares the "
+                "cores; run the benchmark alone")
+    known = KNOWN_LLAMACPP_TOK_S.get(threads)
+    if known is None or max_tokens < KNOWN_MIN_TOKENS:
+        return None
+    lo, hi = known
+    if not lo * (1 - FAR) <= llamacpp_tok_s <= hi * (1 + FAR):
+        return (f"llama.cpp baseline {llamacpp_tok_s:.1f} tok/s is far from its known {lo:g}–{hi:g} tok/s at {threads} "
+                "threads: a measurement problem (threads, load, prompt re-evaluation) to find before any ratio")
+    return None
+
+
 class BaselineUnavailable(RuntimeError):
     """llama-cpp-python cannot be imported (the ``bench`` / ``test`` extra is not installed)."""
 
@@ -135,6 +176,7 @@ def bench_rollouts(
     seed: int = 0,
     on_baseline_missing=None,
     threads: int | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Measure (a) ours and (b) llama.cpp single-stream on the same prompts; return the figures.
 
@@ -147,6 +189,8 @@ def bench_rollouts(
         seed: task draws and sampling seeds.
         on_baseline_missing: called with one line when llama-cpp-python is missing; the
             baseline is then skipped and ``llamacpp_tok_s`` / ``ratio`` are None.
+        force: keep ``ratio`` even when :func:`ratio_refusal` refuses it (``ratio_refused`` still
+            says why); otherwise a refused ratio is None.
         threads: CPU threads for both samplers (torch intra-op and llama.cpp); default torch's.
 
     Returns:
@@ -217,4 +261,8 @@ def bench_rollouts(
         result["llamacpp"] = {"tokens": base.tokens, "completions": base.completions, "seconds": round(base.seconds, 2),
                               "threads": threads}
     result["loadavg_1min_after"] = round(os.getloadavg()[0], 2)
+    refused = ratio_refusal(load_before, result["llamacpp_tok_s"], torch.get_num_threads(), max_tokens)
+    result["ratio_refused"] = refused
+    if refused is not None and not force:
+        result["ratio"] = None
     return result

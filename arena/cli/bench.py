@@ -71,9 +71,14 @@ def bench_rollouts(
     concurrency: Annotated[int, typer.Option(help="Episode threads for our backend, as `arena run --concurrency`.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed for task draws and sampling.")] = 0,
     threads: Annotated[Optional[int], typer.Option(help="CPU threads for both samplers (default: all cores).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Report the ratio even when the load or the baseline makes it unreliable.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
-    """Completion tokens/s of the local backend (batched, as `arena run` samples) vs llama.cpp single-stream, same GGUF."""
+    """Completion tokens/s of the local backend (batched, as `arena run` samples) vs llama.cpp single-stream, same GGUF.
+
+    The ratio is refused (exit 1, the figures still printed) when the load average was 1 or more at the
+    start or the llama.cpp baseline is far from its known figure on this machine; --force reports it anyway.
+    """
     quiet_libraries()
     from agents.policy import PolicyError
     from arena.bench.rollouts import bench_rollouts as run_bench
@@ -83,13 +88,17 @@ def bench_rollouts(
 
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            r = run_bench(prompts, k, max_tokens, temperature, concurrency, seed, on_baseline_missing=missing, threads=threads)
+            r = run_bench(prompts, k, max_tokens, temperature, concurrency, seed, on_baseline_missing=missing, threads=threads,
+                          force=force)
     except (PolicyError, ValueError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         raise fail("interrupted", EXIT_INTERRUPTED) from None
+    refused = r.get("ratio_refused")
     if json_out:
         print(json.dumps(r))
+        if refused and not force:
+            raise fail(f"ratio refused: {refused} (--force reports it anyway)", 1)
         return
     t = Table(title=f"rollouts: {r['prompts']} prompts × k={r['k']}, max {r['max_tokens']} tokens, T={r['temperature']}")
     t.add_column("sampler")
@@ -103,8 +112,12 @@ def bench_rollouts(
                   f"{r['llamacpp']['seconds']:.1f}")
     Console().print(t)
     ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "n/a (no baseline)"
+    if refused:
+        ratio = f"{r['ratio']:.2f} (forced; unreliable: {refused})" if force else "refused"
     Console().print(f"ratio ours / llama.cpp: {ratio}   (load average before {r['loadavg_1min_before']}, "
                     f"after {r['loadavg_1min_after']}; {r['torch_threads']} threads)")
+    if refused and not force:
+        raise fail(f"ratio refused: {refused} (--force reports it anyway)", 1)
 
 
 @bench_app.command("learning")

@@ -54,3 +54,25 @@ def test_without_llama_cpp_ours_is_measured_and_one_line_explains(tmp_path):
     r = json.loads(proc.stdout)
     assert r["llamacpp_tok_s"] is None and r["ratio"] is None and r["prompts"] == 2 and r["k"] == 2
     assert r["ours"]["completions"] == 4 and 0 < r["ours"]["tokens"] <= 16 and r["ours_tok_s"] > 0
+
+
+@pytest.mark.parametrize("load, base, threads, max_tokens, refused", [
+    (0.4, 91.0, 2, 96, None),  # quiet, baseline at its known figure: the ratio stands
+    (1.0, 91.0, 2, 96, "load average 1.00 at the start (must be below 1)"),
+    (3.5, 91.0, 2, 96, "load average 3.50"),
+    (0.2, 27.5, 2, 96, "llama.cpp baseline 27.5 tok/s is far from its known 85–110 tok/s at 2 threads"),  # the 4.54× run
+    (0.2, 63.8, 2, 96, None),  # 85 × 0.75 = 63.75 is the edge: just above it is not refused ...
+    (0.2, 63.0, 2, 96, "is far from its known"),  # ... just below it is
+    (0.2, 140.0, 2, 96, "is far from its known"),  # 110 × 1.25 = 137.5
+    (0.2, 27.5, 16, 96, None),  # no known figure for 16 threads: only the load is checked
+    (0.2, 27.5, 2, 8, None),  # 8-token completions are prompt-bound: the known figure does not apply
+    (5.0, None, 2, 96, None),  # no baseline: no ratio to refuse
+])
+def test_ratio_refusal(load, base, threads, max_tokens, refused):
+    from arena.bench.rollouts import ratio_refusal
+
+    got = ratio_refusal(load, base, threads, max_tokens)
+    if refused is None:
+        assert got is None
+    else:
+        assert got is not None and refused in got, got
