@@ -5,7 +5,8 @@ the writer) and polls it every :attr:`ArenaApp.poll_interval` seconds in a threa
 when the cheap fingerprint (:meth:`lessons.library.read_models.ArenaData.fingerprint`) changes, the current
 screen reloads in its own worker. The event loop never runs a query.
 
-Screens: Sessions (first), Session (episodes + learning curve), Episode, Lessons, Adapters;
+Screens: Sessions (first), Session (episodes + learning-curve charts, ``r`` writes its HTML report
+through the injected :attr:`ArenaApp.write_report`), Episode, Lessons, Adapters;
 a notice screen when the database is missing, empty or cannot be opened.
 """
 
@@ -39,6 +40,10 @@ class ArenaApp(App):
         poll_interval: seconds between database polls (≤ 0: no polling; tests).
         start_screen: ``"sessions"`` (default) or ``"lessons"`` / ``"adapters"``, shown on top
             of the sessions screen.
+        write_report: writes the HTML report of the session named by its argument and returns
+            the page's path (called in a thread worker; raises ``ValueError`` with a one-line
+            message on user errors); None: the session screen's ``r`` points to ``arena report``.
+            Injected by ``arena tui`` because ``tui`` imports only ``lessons``.
     """
 
     TITLE = "Lesson Arena"
@@ -58,6 +63,7 @@ class ArenaApp(App):
         token_counter: Callable[[], TokenCounter] | None = None,
         poll_interval: float = POLL_INTERVAL_S,
         start_screen: str = "sessions",
+        write_report: Callable[[str], Path] | None = None,
     ) -> None:
         super().__init__()
         self.db = os.fspath(db)
@@ -65,6 +71,7 @@ class ArenaApp(App):
         self.token_counter = token_counter
         self.poll_interval = poll_interval
         self.start_screen = start_screen
+        self.write_report = write_report
         self.data: ArenaData | None = None  # set once the database is open
         self.state = "opening"  # opening | missing | empty | ready | error
         self._fingerprint: tuple | None = None
@@ -194,6 +201,11 @@ class ArenaApp(App):
             self.data.store.close()
 
 
-def run(db: str, library_tokens: int = 4096, token_counter: Callable[[], TokenCounter] | None = None) -> None:
-    """Run the app in the terminal until the user quits (``arena tui``)."""
-    ArenaApp(db, library_tokens=library_tokens, token_counter=token_counter).run()
+def run(
+    db: str,
+    library_tokens: int = 4096,
+    token_counter: Callable[[], TokenCounter] | None = None,
+    write_report: Callable[[str], Path] | None = None,
+) -> None:
+    """Run the app in the terminal until the user quits (``arena tui``); arguments as :class:`ArenaApp`."""
+    ArenaApp(db, library_tokens=library_tokens, token_counter=token_counter, write_report=write_report).run()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -38,4 +40,20 @@ def tui(
     from arena.cli.lessons import token_counter
     from tui.app import run as run_tui
 
-    run_tui(db, library_tokens=library_tokens, token_counter=lambda: token_counter(solver))
+    run_tui(db, library_tokens=library_tokens, token_counter=lambda: token_counter(solver),
+            write_report=report_writer(db))
+
+
+def report_writer(db: str) -> Callable[[str], Path]:
+    """The session screen's ``r``: ``name -> report-NAME/report.html``, as ``arena report --session NAME`` writes it.
+
+    :mod:`arena.report` (matplotlib) is imported on the first call, not at start-up; its
+    ``ReportError`` is a ``ValueError``, which the TUI shows as one line.
+    """
+
+    def write(name: str) -> Path:
+        from arena.report import write_session_report
+
+        return write_session_report(db, name, Path(f"report-{name}")).html
+
+    return write

@@ -83,7 +83,7 @@ ADDED_FIELDS = {
     # the same, on the TUI's episode screen; and each rollout's fault kind (the episode screen shows it)
     "episode": {"curation_rejected", "fault"},
     # the held-out points' stored intervals and the per-round pass rates (the TUI's charts), issue 18
-    "learning_curve": {"heldout_ci", "pass_at_1", "pass_at_k", "k"},
+    "learning_curve": {"heldout_ci", "heldout_n", "pass_at_1", "pass_at_k", "k"},
 }
 
 

@@ -39,6 +39,18 @@ def test_session_screen_with_learning_curve(snap_compare, db):
     assert snap_compare(ArenaApp(db, poll_interval=0), terminal_size=SIZE, run_before=go)
 
 
+def test_session_screen_train_chart(snap_compare, db):
+    """``c``: the second chart, train reward, pass@1 and pass@k per round on one 0–1 axis."""
+    async def go(pilot):
+        await settle(pilot)
+        await pilot.press("down", "enter")
+        await settle(pilot)
+        await pilot.press("c")
+        await settle(pilot)
+
+    assert snap_compare(ArenaApp(db, poll_interval=0), terminal_size=SIZE, run_before=go)
+
+
 def test_episode_screen_with_hint_and_guided_rollouts(snap_compare, db):
     async def go(pilot):
         await settle(pilot)

@@ -1,14 +1,17 @@
-"""Session: its episodes (group rewards, guided or not, lessons in context) and its learning curve."""
+"""Session: its episodes (group rewards, guided or not, lessons in context), its learning-curve charts
+(``c`` cycles them) and ``r``, which writes the session's HTML report through the app's injected writer."""
 
 from __future__ import annotations
 
-from textual import on
+from pathlib import Path
+
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Header, Static
 
-from lessons.library.read_models import EpisodeSummary, LearningCurve
-from tui.screens.base import DataScreen
+from lessons.library.read_models import USER_ERRORS, EpisodeSummary, LearningCurve
+from tui.screens.base import DataScreen, one_line
 from tui.widgets.curve import LearningCurvePlot
 
 
@@ -23,9 +26,15 @@ def fmt_rewards(rs: list[float | None]) -> str:
 
 
 class SessionScreen(DataScreen):
-    """One session: an episodes table and a learning-curve panel; ``enter`` opens an episode."""
+    """One session: an episodes table and a learning-curve panel; ``enter`` opens an episode,
+    ``c`` shows the next chart, ``r`` writes the session's HTML report."""
 
-    BINDINGS = [("enter", "open", "Open episode"), ("escape", "back", "Back")]
+    BINDINGS = [
+        ("enter", "open", "Open episode"),
+        ("c", "next_chart", "Next chart"),
+        ("r", "write_report", "Write report"),
+        ("escape", "back", "Back"),
+    ]
 
     def __init__(self, session_id: int, name: str) -> None:
         super().__init__()
@@ -68,7 +77,7 @@ class SessionScreen(DataScreen):
             f"Session {self.session_name} · {len(episodes)} episodes · {n_guided} with hints"
             + (f" · faults: {by_kind}" if by_kind else "")
         )
-        self.query_one(LearningCurvePlot).show(curve)
+        self.query_one(LearningCurvePlot).show(curve, groups=len(episodes))
 
     @on(DataTable.RowSelected, "#episodes")
     def _selected(self, event: DataTable.RowSelected) -> None:
@@ -83,6 +92,37 @@ class SessionScreen(DataScreen):
         from tui.screens.episode import EpisodeScreen
 
         self.app.push_screen(EpisodeScreen(episode_id))
+
+    def action_next_chart(self) -> None:
+        self.query_one(LearningCurvePlot).next_chart()
+
+    def action_write_report(self) -> None:
+        if self.arena.write_report is None:
+            self.notify(f"Reports are written by `arena report --session {self.session_name}`.", title="report")
+            return
+        if self._reporting:
+            self.notify(f"Still writing the report of {self.session_name}…", title="report")
+            return
+        self._reporting = True
+        self.notify(f"Writing the report of {self.session_name}…", title="report")
+        self._write_report(self.session_name)
+
+    _reporting = False  # a report worker is running (set on the event loop, cleared by the worker)
+
+    @work(thread=True, group="report", exit_on_error=False)
+    def _write_report(self, name: str) -> None:
+        """Call the app's report writer (seconds: figures and HTML), then notify its path or its one-line error.
+
+        The notification goes through the app, so it still shows after ``escape`` left the screen.
+        """
+        try:
+            path: Path = self.arena.write_report(name)
+        except (*USER_ERRORS, OSError) as e:
+            self.app.call_from_thread(self.app.notify, one_line(e), title="report", severity="error")
+            return
+        finally:
+            self._reporting = False
+        self.app.call_from_thread(self.app.notify, f"Wrote {path}", title="report")
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -201,7 +201,7 @@ class SessionReads:
                 cutoffs[rnd] = max(t for t in (_as_utc(fin), _as_utc(ev_at)) if t is not None)
             history, created = _status_histories(s)
             evals = {
-                name: (p, (lo, hi))
+                name: (p, (lo, hi), n)
                 for name, p, n, lo, hi in s.execute(
                     select(EvaluationRow.name, EvaluationRow.pass_at_1, EvaluationRow.n, EvaluationRow.ci_lo,
                            EvaluationRow.ci_hi).where(
@@ -223,8 +223,9 @@ class SessionReads:
         k, threshold = self._group_settings(session_id)
         return LearningCurve(
             rounds, means, active,
-            heldout=[(x, p) for x, (p, _) in points],
-            heldout_ci=[ci for _, (_, ci) in points],
+            heldout=[(x, p) for x, (p, _, _) in points],
+            heldout_ci=[ci for _, (_, ci, _) in points],
+            heldout_n=[n for _, (_, _, n) in points],
             pass_at_1=[mean_pass_at_k(per_round[r], 1, threshold) for r in rounds],
             pass_at_k=[mean_pass_at_k(per_round[r], k, threshold) if k else 0.0 for r in rounds],
             k=k,

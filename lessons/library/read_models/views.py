@@ -55,6 +55,7 @@ class LearningCurve:
     active_lessons: list[int]
     heldout: list[tuple[int, float]]  # (round, held-out pass@1 with lessons)
     heldout_ci: list[tuple[float, float]] = field(default_factory=list)  # the stored 95% interval of each heldout point
+    heldout_n: list[int] = field(default_factory=list)  # held-out tasks behind each heldout point
     pass_at_1: list[float] = field(default_factory=list)  # sampled pass@1 per round (mean over its groups)
     pass_at_k: list[float] = field(default_factory=list)  # unbiased pass@k per round, k = the session's group size
     k: int = 0  # the session's group size (--rollouts); 0: unknown
