@@ -7,8 +7,9 @@ level and inside functions (a lazy import is still a dependency), relative impor
   transformers, textual (nor textual_plotext); ``agents`` imports only lessons and agents; ``tui``
   imports only lessons and tui; ``arena`` may import agents and lessons, and tui only from the
   ``arena.cli`` package.
-- ``arena-order``: inside arena the pipeline runs tasks → episode → evaluation (arena/evaluation.py) →
-  distill → session → report → bench → cli; a module of one stage imports only the same or earlier stages,
+- ``arena-order``: inside arena the pipeline runs tasks → rewards (arena/rewards.py) → episode → evaluation
+  (arena/evaluation.py) → distill → session → export (arena/export.py) → report → bench → cli; a module of
+  one stage imports only the same or earlier stages,
   plus ``arena.config`` and ``arena.stats``; those two (and ``arena/__init__.py``) import no other
   arena module, and a module outside every stage is an offender until it is placed in the order.
 - ``private-names``: no ``from <our module> import _name`` across modules (dunders excepted), no
@@ -35,7 +36,7 @@ OURS = ("arena", "agents", "lessons", "tui")
 HEAVY_FOR_LESSONS = ("torch", "rich", "peft", "transformers", "textual", "textual_plotext")
 ALLOWED_OURS = {"lessons": {"lessons"}, "agents": {"agents", "lessons"}, "tui": {"tui", "lessons"},
                 "arena": {"arena", "agents", "lessons"}}
-ARENA_STAGES = ("tasks", "episode", "evaluation", "distill", "session", "report", "bench", "cli")
+ARENA_STAGES = ("tasks", "rewards", "episode", "evaluation", "distill", "session", "export", "report", "bench", "cli")
 ARENA_BASE = ("config", "stats")  # importable from every stage; they import no other arena module
 SCHEMA = "lessons.db.schema"
 
@@ -259,8 +260,8 @@ PLANTED = [
     ("arena-order", "arena/config.py", "from arena.tasks.core import Task\n", "arena/config.py: arena.tasks.core"),
     ("arena-order", "arena/session/runner.py", "from arena.cli import main\n", "arena/session/runner.py: arena.cli"),
     ("arena-order", "arena/extra.py", "from arena.tasks import core\n",
-     ("arena/extra.py: arena.tasks.core (arena module outside the stage order tasks → episode → evaluation → "
-      "distill → session → report → bench → cli)")),
+     ("arena/extra.py: arena.tasks.core (arena module outside the stage order tasks → rewards → episode → evaluation → "
+      "distill → session → export → report → bench → cli)")),
     ("private-names", "arena/cli/__init__.py", "from lessons.library.store import _lesson_info\n",
      "arena/cli/__init__.py: lessons.library.store (_lesson_info)"),
     ("private-names", "lessons/library/helpers.py", "from .store import _read\n",

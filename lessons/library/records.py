@@ -100,6 +100,8 @@ class TaskInfo:
     split: str
     question: str
     answer: str
+    source: str = ""  # "reasoning_gym", "jsonl", "proposed": how its verifier scores
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False)  # what the verifier needs (tasks.metadata)
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,8 @@ class SessionRepository(Repository):
             q = q.where(TaskRow.split == split)
         with self.read() as s:
             return [
-                TaskInfo(name, t.task_key, t.family, t.split, t.question, t.answer) for t, name in s.execute(q).all()
+                TaskInfo(name, t.task_key, t.family, t.split, t.question, t.answer, t.source, dict(t.meta or {}))
+                for t, name in s.execute(q).all()
             ]
 
     def upsert_tasks(self, session_id: int, tasks: Iterable[TaskLike]) -> dict[str, int]:

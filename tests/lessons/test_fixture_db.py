@@ -78,7 +78,9 @@ def test_read_matches_the_code_before_the_redesign(today_reads, read):
 
 # Fields a read gained after the fixture was written: new data about the same rows, not a difference in them.
 ADDED_FIELDS = {
-    "training_rollouts": {"episode_id"},  # the episode of each rollout (GRPO's groups), issue 15
+    "training_rollouts": {"episode_id"},
+    "stored_tasks": {"source", "metadata"},  # what the verifier needs: the reward function of exported rollouts, issue 16
+    "stored_tasks(run-alpha, heldout)": {"source", "metadata"},  # the episode of each rollout (GRPO's groups), issue 15
     "session_stats": {"curation_rejected"},  # the teacher ops the curator refused (migration 0009), issue 17
     # the same, on the TUI's episode screen; and each rollout's fault kind (the episode screen shows it)
     "episode": {"curation_rejected", "fault"},
@@ -89,7 +91,7 @@ ADDED_FIELDS = {
 
 def _without_added_fields(read: str, value: Any) -> Any:
     """``value`` with the fields in :data:`ADDED_FIELDS` for this read dropped, at any depth of its records."""
-    added = next((f for name, f in ADDED_FIELDS.items() if read.endswith(f": {name}")), set())
+    added = next((f for name, f in ADDED_FIELDS.items() if read == name or read.endswith(f": {name}")), set())
     return _drop(value, added) if added else value
 
 

@@ -1,0 +1,133 @@
+"""``arena export rollouts`` and ``arena.rewards``: the exported rows re-scored by the engines' reward functions give the stored rewards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import arena, assert_one_line_error
+
+from arena.rewards import compute_score, task_from_json, trl_reward
+from arena.tasks.sources import load_tasks
+from lessons.library.store import EpisodeRecord, HintRecord, LessonStore, RolloutRecord
+from lessons.ops import Reflection
+
+HINT = "Add the numbers one at a time."
+
+
+def _rollout(idx: int, text: str, reward: float | None, guided: bool = False, ids: bool = False) -> RolloutRecord:
+    unguided = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": "q"}]
+    msgs = [unguided[0], {"role": "user", "content": f"q\n\nHint: {HINT}"}] if guided else unguided
+    return RolloutRecord(idx=idx, messages=msgs, completion=text, extracted_answer=None, reward=reward, critique="",
+                         prompt_tokens=10, completion_tokens=3, finish_reason="stop", latency_s=0.1, guided=guided,
+                         token_ids=[11, 12, 13] if ids else None, logprobs=[-0.5, -0.25, -1.0] if ids else None,
+                         unguided_messages=unguided if guided else None)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
+    """Two reasoning-gym chain_sum train tasks: task 0 solved twice of three, task 1 all wrong then rescued by a hint."""
+    path = tmp_path_factory.mktemp("export") / "arena.db"
+    tasks = load_tasks(["chain_sum"], None, 2, 1, seed=0).train
+    a, b = tasks
+    with LessonStore(str(path)) as store:
+        sid = store.create_session("s", {"families": ["chain_sum"], "rollouts": 3}, seed=0)
+        store.upsert_tasks(sid, tasks)
+        store.record_episode(EpisodeRecord(sid, "r001-a", 1, a.task_key, "Solve it.", [], [
+            _rollout(0, f"<answer>{a.answer}</answer>", 1.0, ids=True),
+            _rollout(1, "<answer>-1</answer>", 0.0, ids=True),
+            _rollout(2, f"so it is {a.answer}", 1.0, ids=True),
+            _rollout(3, "judge crashed", None),  # ungraded: never exported
+        ], Reflection(analysis="-"), reflection_raw="{}"))
+        store.record_episode(EpisodeRecord(sid, "r001-b", 1, b.task_key, "Solve it.", [], [
+            _rollout(0, "<answer>-1</answer>", 0.0), _rollout(1, "no idea", 0.0), _rollout(2, "<answer>-2</answer>", 0.0),
+            _rollout(0, f"<answer>{b.answer}</answer>", 1.0, guided=True), _rollout(1, "<answer>-3</answer>", 0.0, guided=True),
+        ], Reflection(analysis="-"), reflection_raw="{}", hint=HintRecord("plan", HINT)))
+        store.create_session("empty", {"families": ["chain_sum"]}, seed=1)
+    return path, tasks
+
+
+def _read(path: str) -> list[dict]:
+    from datasets import Dataset
+
+    return Dataset.from_parquet(path).to_list()
+
+
+def test_hf_layout_reads_back_and_trl_reward_gives_the_stored_rewards(db, tmp_path: Path) -> None:
+    path, (a, b) = db
+    proc = arena("export", "rollouts", str(tmp_path / "hf"), "--session", "s", "--db", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert (info["rows"], info["groups"], info["guided"]) == (8, 3, 2)  # 9 rollouts, the ungraded one left out
+    rows = _read(info["path"])
+    assert [r["reward"] for r in rows] == [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    assert rows[0]["token_ids"] == [11, 12, 13] and rows[0]["logprobs"] == [-0.5, -0.25, -1.0]
+    assert rows[3]["token_ids"] is None
+    guided = [r for r in rows if r["guided"]]
+    assert len(guided) == 2 and all(r["hint"] == HINT for r in guided)
+    assert all(HINT not in m["content"] for r in rows for m in r["prompt"])  # the unguided context only
+    assert len({r["group_id"] for r in rows}) == 3
+    assert {r["answer"] for r in rows} == {a.answer, b.answer}
+    # TRL calls the reward function with the batch's columns as lists
+    rewards = trl_reward([r["prompt"] for r in rows], [r["completion"] for r in rows],
+                         task=[r["task"] for r in rows], answer=[r["answer"] for r in rows])
+    assert rewards == [r["reward"] for r in rows]
+    sidecar = json.loads((tmp_path / "hf" / "arena_export.json").read_text())
+    assert (sidecar["format"], sidecar["session"], sidecar["rows"]) == ("hf", "s", 8)
+    assert sidecar["reward_function"] == "arena.rewards.trl_reward" and len(sidecar["rollout_ids"]) == 8
+
+
+def test_verl_layout_and_compute_score(db, tmp_path: Path) -> None:
+    path, (a, _) = db
+    proc = arena("export", "rollouts", str(tmp_path / "verl"), "--session", "s", "--db", str(path), "--format", "verl")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("wrote 8 rollouts (3 groups, 2 guided)")
+    rows = _read(str(tmp_path / "verl" / "train.parquet"))
+    assert set(rows[0]) == {"data_source", "prompt", "ability", "reward_model", "extra_info", "hint"}
+    assert rows[0]["data_source"] == "lesson_arena/chain_sum"
+    assert rows[0]["reward_model"] == {"style": "rule", "ground_truth": a.answer}
+    assert [r["hint"] for r in rows] == [""] * 6 + [HINT] * 2
+    scores = [compute_score(r["data_source"], r["extra_info"]["completion"], r["reward_model"]["ground_truth"], r["extra_info"])
+              for r in rows]
+    assert scores == [r["extra_info"]["reward"] for r in rows]
+    # without the task JSON the response is matched against ground_truth as a JSONL task is
+    assert compute_score("x", "<answer>42</answer>", "42") == 1.0 and compute_score("x", "<answer>41</answer>", "42") == 0.0
+
+
+def test_existing_export_is_never_overwritten(db, tmp_path: Path) -> None:
+    path, _ = db
+    out = tmp_path / "once"
+    assert arena("export", "rollouts", str(out), "--session", "s", "--db", str(path)).returncode == 0
+    before = (out / "train.parquet").read_bytes()
+    assert_one_line_error(arena("export", "rollouts", str(out), "--session", "s", "--db", str(path)), "already holds an export")
+    assert (out / "train.parquet").read_bytes() == before
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--session", "nope"], "no session named 'nope'"),
+    (["--session", "empty"], "has no train rollout to export"),
+    (["--session", "s", "--format", "jsonl"], "--format must be one of hf, verl"),
+])
+def test_bad_input_is_one_line(db, tmp_path: Path, args: list[str], fragment: str) -> None:
+    path, _ = db
+    assert_one_line_error(arena("export", "rollouts", str(tmp_path / "o"), "--db", str(path), *args), fragment)
+    assert not (tmp_path / "o").exists()
+
+
+def test_reward_function_rejects_malformed_columns() -> None:
+    with pytest.raises(ValueError, match="needs the `task` column"):
+        trl_reward(["p"], ["c"])
+    with pytest.raises(ValueError, match="1 completions but 2 tasks"):
+        trl_reward(["p"], ["c"], task=["{}", "{}"])
+    with pytest.raises(ValueError, match="lacks"):
+        task_from_json('{"task_key": "k"}')
+    with pytest.raises(ValueError, match="not a JSON object"):
+        task_from_json("[1, 2")
+    good = {"task_key": "f/train/00000", "family": "f", "split": "train", "question": "q", "answer": "7",
+            "source": "shell", "metadata": {}}
+    with pytest.raises(ValueError, match="unknown source 'shell'"):
+        task_from_json(good)
+    assert trl_reward(["p"], ["<answer>7</answer>"], task=[json.dumps({**good, "source": "jsonl"})]) == [1.0]
+    assert trl_reward(["p"], [[{"role": "assistant", "content": "<answer>7</answer>"}]],
+                      task=[json.dumps({**good, "source": "jsonl"})]) == [1.0]
