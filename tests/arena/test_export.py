@@ -32,7 +32,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
     tasks = load_tasks(["chain_sum"], None, 2, 1, seed=0).train
     a, b = tasks
     with LessonStore(str(path)) as store:
-        sid = store.create_session("s", {"families": ["chain_sum"], "rollouts": 3}, seed=0)
+        sid = store.create_session("s", {"families": ["chain_sum"], "rollouts": 3, "train_tasks": 2, "heldout_tasks": 1}, seed=0)
         store.upsert_tasks(sid, tasks)
         store.record_episode(EpisodeRecord(sid, "r001-a", 1, a.task_key, "Solve it.", [], [
             _rollout(0, f"<answer>{a.answer}</answer>", 1.0, ids=True),
@@ -131,3 +131,45 @@ def test_reward_function_rejects_malformed_columns() -> None:
     assert trl_reward(["p"], ["<answer>7</answer>"], task=[json.dumps({**good, "source": "jsonl"})]) == [1.0]
     assert trl_reward(["p"], [[{"role": "assistant", "content": "<answer>7</answer>"}]],
                       task=[json.dumps({**good, "source": "jsonl"})]) == [1.0]
+
+
+@pytest.mark.slow
+def test_trl_grpo_trainer_trains_on_an_export_with_our_reward_and_arena_eval_loads_its_adapter(db, tmp_path: Path) -> None:
+    """Not a mock: TRL's GRPOTrainer, two steps on CPU, the embedded model with a peft LoRA, the exported
+    data set and ``arena.rewards.trl_reward``; the adapter it saves is then evaluated by ``arena eval``."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agents.backends.local import LocalPolicy
+
+    path, _ = db
+    assert arena("export", "rollouts", str(tmp_path / "hf"), "--session", "s", "--db", str(path)).returncode == 0
+    data = Dataset.from_parquet(str(tmp_path / "hf" / "train.parquet"))
+    seen: list[tuple[str, float]] = []
+
+    def reward(prompts, completions, **columns):
+        out = trl_reward(prompts, completions, **columns)
+        seen.extend(zip(columns["task_key"], out, strict=True))
+        return out
+
+    policy = LocalPolicy()
+    policy.load()
+    args = GRPOConfig(output_dir=str(tmp_path / "trl"), max_steps=2, per_device_train_batch_size=2, num_generations=2,
+                      generation_batch_size=2, max_completion_length=16, use_cpu=True, report_to=[], logging_steps=1,
+                      save_strategy="no", learning_rate=1e-4, disable_tqdm=True, seed=0)
+    trainer = GRPOTrainer(model=policy.model, reward_funcs=[reward], args=args, train_dataset=data,
+                          processing_class=policy.tokenizer,
+                          peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    trainer.train()
+    steps = [h for h in trainer.state.log_history if "reward" in h]
+    assert [h["step"] for h in steps] == [1, 2]
+    assert len(seen) == 4 and all(0.0 <= r <= 1.0 for _, r in seen)  # 2 steps × 2 generations, scored by our verifier
+    assert {k for k, _ in seen} <= set(data["task_key"])
+    trainer.save_model(str(tmp_path / "adapter"))
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+    proc = arena("eval", "--db", str(path), "--session", "s", "--adapter", str(tmp_path / "adapter"), "--max-tokens", "16",
+                 "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["eval"]["adapter"]["n"] == 1 and result["eval"]["adapter"]["pass_at_1"] in (0.0, 1.0)
