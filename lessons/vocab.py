@@ -27,5 +27,5 @@ RETRIEVABLE_STATUSES = ("candidate", "active", "distilled")
 HINT_MODES = ("plan", "feedback", "answer")
 GRADING_STATUSES = ("graded", "ungraded")  # rollouts.grading_status; NULL (older rows) means graded
 RUBRIC_SOURCES = ("task", "online")  # where a rubric version / criterion came from
-ADAPTER_OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd")
+ADAPTER_OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd", "imported")  # imported: trained elsewhere (arena adapters import)
 ADAPTER_LESSON_RELATIONS = ("in_context", "distilled")

@@ -2,7 +2,7 @@
 
 One module per command group: :mod:`arena.cli.run` (``arena run``), :mod:`arena.cli.tui`
 (``arena tui``), :mod:`arena.cli.distill` (``arena distill``, ``arena eval``),
-:mod:`arena.cli.lessons` (``arena lessons ...``), :mod:`arena.cli.critic` (``arena critic ...``), :mod:`arena.cli.report` (``arena report``), :mod:`arena.cli.export` (``arena export ...``),
+:mod:`arena.cli.lessons` (``arena lessons ...``), :mod:`arena.cli.critic` (``arena critic ...``), :mod:`arena.cli.report` (``arena report``), :mod:`arena.cli.export` (``arena export ...``), :mod:`arena.cli.adapters` (``arena adapters import``),
 :mod:`arena.cli.bench` (``arena bench ...``); :mod:`arena.cli.support` holds what they share.
 This module builds the root ``app``, registers each group once and defines :func:`main`.
 
@@ -17,7 +17,7 @@ import sys
 
 import typer
 
-from arena.cli import bench, critic, distill, export, lessons, report, run, tui
+from arena.cli import adapters, bench, critic, distill, export, lessons, report, run, tui
 from arena.cli.support import EXIT_INTERRUPTED, EXIT_USER_ERROR, exit_now
 
 app = typer.Typer(
@@ -44,6 +44,7 @@ app.add_typer(lessons.lessons_app, name="lessons")
 app.add_typer(critic.critic_app, name="critic")
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(export.export_app, name="export")
+app.add_typer(adapters.adapters_app, name="adapters")
 
 
 def main() -> None:

@@ -168,8 +168,76 @@ def test_trl_grpo_trainer_trains_on_an_export_with_our_reward_and_arena_eval_loa
     assert {k for k, _ in seen} <= set(data["task_key"])
     trainer.save_model(str(tmp_path / "adapter"))
     assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
-    proc = arena("eval", "--db", str(path), "--session", "s", "--adapter", str(tmp_path / "adapter"), "--max-tokens", "16",
-                 "--json")
+    # imported: checked against the base model, copied, evaluated, registered with lineage to the export
+    proc = arena("adapters", "import", str(tmp_path / "adapter"), "--session", "s", "--db", str(path), "--name", "trl-grpo",
+                 "--data", str(tmp_path / "hf"), "--max-tokens", "16", "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
+    assert (result["adapter_id"], result["objective"], result["rank"]) == ("trl-grpo", "imported", 8)
+    assert set(result["eval"]) >= {"base", "base_lessons", "adapter", "adapter_lessons"}
     assert result["eval"]["adapter"]["n"] == 1 and result["eval"]["adapter"]["pass_at_1"] in (0.0, 1.0)
+    with LessonStore(str(path)) as store:
+        from lessons.library.adapters import AdapterStore
+
+        (info,) = [a for a in AdapterStore(store).list_adapters() if a.adapter_id == "trl-grpo"]
+    sidecar = json.loads((tmp_path / "hf" / "arena_export.json").read_text())
+    assert info.data["rollout_ids"] == sidecar["rollout_ids"] and info.data["export"]["format"] == "hf"
+    assert Path(info.path).is_dir() and Path(info.path) != tmp_path / "adapter"
+    # the same name twice is refused, and nothing is copied again
+    again = arena("adapters", "import", str(tmp_path / "adapter"), "--session", "s", "--db", str(path), "--name", "trl-grpo")
+    assert_one_line_error(again, "already registered")
+    # arena eval loads it by id
+    proc = arena("eval", "--db", str(path), "--session", "s", "--adapter", "trl-grpo", "--max-tokens", "16", "--json")
+    assert proc.returncode == 0, proc.stderr
+
+
+def _peft_adapter(base_dir: Path, out: Path) -> Path:
+    """A LoRA adapter (r = 4, q/v projections) made with peft on the checkpoint in ``base_dir``."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir),
+                           LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    model.save_pretrained(out)
+    return out
+
+
+def test_lora_shapes_are_checked_against_the_base_model(tmp_path: Path) -> None:
+    from tiny_llama import make_tiny
+
+    from arena.distill.imports import check_lora_shapes
+    from arena.distill.weights import AdapterError
+
+    narrow = make_tiny(tmp_path / "narrow", hidden=64)
+    wide = make_tiny(tmp_path / "wide", hidden=128)
+    adapter = _peft_adapter(narrow, tmp_path / "lora")
+    assert check_lora_shapes(adapter, narrow) == 4
+    with pytest.raises(AdapterError, match="trained on another model size"):
+        check_lora_shapes(adapter, wide)
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(adapter / "adapter_model.safetensors"))
+    save_file({k.replace("q_proj", "nope_proj"): v for k, v in tensors.items()}, str(adapter / "adapter_model.safetensors"))
+    with pytest.raises(AdapterError, match="names no linear module"):
+        check_lora_shapes(adapter, narrow)
+    save_file({"some.other.weight": next(iter(tensors.values()))}, str(adapter / "adapter_model.safetensors"))
+    with pytest.raises(AdapterError, match="holds no LoRA tensor"):
+        check_lora_shapes(adapter, narrow)
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["{missing}", "--session", "s"], "no adapter directory at"),
+    (["{adapter}", "--session", "nope"], "no session named 'nope'"),
+    (["{adapter}", "--session", "s", "--name", "../escape"], "--name must be 1-50 letters"),
+    (["{adapter}", "--session", "s", "--data", "{missing}"], "cannot read arena_export.json"),
+])
+def test_adapters_import_bad_input_is_one_line(db, tmp_path: Path, args: list[str], fragment: str) -> None:
+    path, _ = db
+    adapter = tmp_path / "not-lora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA"}')  # no weights: never reached past the first check
+    args = [a.format(missing=tmp_path / "missing", adapter=adapter) for a in args]
+    adapters = path.parent / "adapters"
+    before = sorted(adapters.iterdir()) if adapters.exists() else []
+    assert_one_line_error(arena("adapters", "import", *args, "--db", str(path)), fragment)
+    assert (sorted(adapters.iterdir()) if adapters.exists() else []) == before  # nothing copied
