@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from arena.cli.support import fail, quiet_libraries
+
+
+def safe_name(session: str) -> str:
+    """A session name as one path component (``/``, ``..`` and the like cannot leave the working directory)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", session).lstrip(".") or "session"
 
 
 def report(
@@ -32,7 +38,10 @@ def report(
     from lessons.library.store import LessonStore, StoreError
 
     try:
-        require_db_file(db)
+        if not db.strip():
+            raise ValueError("--db must name a library (a SQLite path or an SQLAlchemy URL)")
+        if not compare or not all(Path(s).is_file() for s in sessions or []):  # library files need no --db
+            require_db_file(db)
         if compare:
             if session is not None:
                 raise ValueError("--compare takes the sessions as arguments, not --session")
@@ -45,7 +54,7 @@ def report(
                     session = store.latest_session_with_episodes()
                 if session is None:
                     raise ValueError(f"no session with episodes in {db}; run `arena run --db {db}` first")
-            files = write_session_report(db, session, out or Path(f"report-{session}"))
+            files = write_session_report(db, session, out or Path(f"report-{safe_name(session)}"))
     except (ReportError, StoreError, ValueError) as e:
         raise fail(str(e)) from None
     if json_out:

@@ -52,8 +52,9 @@ def report_writer(db: str) -> Callable[[str], Path]:
     """
 
     def write(name: str) -> Path:
+        from arena.cli.report import safe_name
         from arena.report import write_session_report
 
-        return write_session_report(db, name, Path(f"report-{name}")).html
+        return write_session_report(db, name, Path(f"report-{safe_name(name)}")).html
 
     return write

@@ -71,16 +71,21 @@ def write_compare_report(db: str, sessions: Sequence[str], out: Path) -> ReportF
     entries = list(dict.fromkeys(sessions))
     if len(entries) < 2:
         raise ReportError(f"--compare needs at least two different sessions, got {', '.join(entries) or 'none'}")
-    series = []
+    series, seen = [], {}
     for entry in entries:
         from_file = "://" not in entry and Path(entry).is_file()
-        store = _open(entry if from_file else db)
+        source = entry if from_file else db
+        store = _open(source)
         try:
             name = store.latest_session_with_episodes() if from_file else entry
             if name is None:
                 raise ReportError(f"{entry} has no session with episodes")
+            key = (str(Path(source).resolve()) if "://" not in source else source, name)
+            if key in seen:  # a file and a name (or two paths) can resolve to the same session
+                raise ReportError(f"{entry} is the same session as {seen[key]} ({name}); compare different sessions")
+            seen[key] = entry
             label = f"{Path(entry).stem}: {name}" if from_file else name
-            series.append((label, gather(store, name, entry if from_file else db).heldout))
+            series.append((label, gather(store, name, source).heldout))
         finally:
             store.close()
     check_out_dir(out)

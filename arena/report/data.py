@@ -11,7 +11,7 @@ from :func:`arena.session.summary.rounds_summary`, the library's course from
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -50,6 +50,7 @@ class HeldoutPoint:
     pass_at_1: float | None  # None: nothing graded (n = 0)
     ci95: tuple[float, float]  # the stored Wilson interval
     vs_before: dict[str, Any] | None  # paired comparison with heldout_before (diff, ci95, p_value, ...); None: not paired
+    vs_no_lessons: dict[str, Any] | None = None  # a with-lessons point against the same stage without lessons
 
 
 @dataclass(frozen=True)
@@ -152,19 +153,21 @@ def heldout_points(store: LessonStore, session_id: int, cycles: int) -> list[Hel
     last = float(max(1, cycles))
     wanted += [(HELDOUT_AFTER, "after", last, True), (HELDOUT_AFTER_NO_LESSONS, "after", last, False)]
     taken: set[tuple[float, bool]] = set()
-    out = []
+    out: list[HeldoutPoint] = []
+    results = {}
     for name, label, stage, lessons in wanted:
         e = infos.get(name)
         if e is None or (stage, lessons) in taken:  # a cycles session's last cycle is also its "after"
             continue
         taken.add((stage, lessons))
-        got = evals.stored(name)
+        got = results[(stage, lessons)] = evals.stored(name)
         out.append(HeldoutPoint(
             name=name, label=label, stage=stage, lessons=lessons, n=e.n,
             pass_at_1=e.pass_at_1 if e.n else None, ci95=(e.ci_lo, e.ci_hi),
             vs_before=None if name == HELDOUT_BEFORE else paired(got, before),
         ))
-    return out
+    return [replace(p, vs_no_lessons=paired(results[(p.stage, True)], results.get((p.stage, False))))
+            if p.lessons and p.name != HELDOUT_BEFORE else p for p in out]
 
 
 def round_rates(store: LessonStore, session_id: int, rollouts: int, threshold: float) -> list[RoundRates]:

@@ -8,6 +8,7 @@ tokens get their own.
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from lessons.outcomes import passes
 from lessons.vocab import LESSON_STATUSES
 
 DPI = 110
-OP_COLOURS = {"ADD": "tab:green", "EDIT": "tab:blue", "MERGE": "tab:purple", "RETIRE": "tab:red", "DISTILL": "tab:orange"}
+OP_COLOURS = {"ADD": "tab:cyan", "EDIT": "tab:blue", "MERGE": "tab:purple", "RETIRE": "tab:brown", "DISTILL": "tab:pink"}
 STATUS_COLOURS = {"candidate": "tab:gray", "active": "tab:green", "retired": "tab:red", "distilled": "tab:orange"}
 
 
@@ -41,12 +42,27 @@ def _plt() -> Any:
     return plt
 
 
-def _render(fig: Any) -> bytes:
+def _render(fig: Any, caption: str) -> bytes:
+    """The figure as PNG bytes, with ``caption`` (its n and error bars) printed under it: a PNG used on its own keeps them."""
+    lines = textwrap.wrap(caption, width=int(fig.get_figwidth() * 17))
+    bottom = (len(lines) * 7 * 1.35 / 72 + 0.08) / fig.get_figheight()  # 7-pt lines, in figure fractions
+    fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, color="dimgray", va="bottom", ha="left")
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     buf = io.BytesIO()
-    fig.tight_layout()
     fig.savefig(buf, format="png", dpi=DPI)
     _plt().close(fig)
     return buf.getvalue()
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _integer_axis(axis: Any) -> None:
+    """Ticks at whole numbers only (counts)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _empty(ax: Any, message: str) -> None:
@@ -80,8 +96,9 @@ def heldout_figure(data: SessionData) -> Figure:
                             ha="center", fontsize=8)
     if points:
         stages = sorted({p.stage: p.label for p in points}.items())
-        ax.set_xticks([s for s, _ in stages], [lbl for _, lbl in stages], rotation=15)
-        ax.set_ylim(0, 1.08)
+        ax.set_xticks([s for s, _ in stages], [lbl for _, lbl in stages])
+        ax.set_xlim(stages[0][0] - 0.5, stages[-1][0] + 0.5)
+        ax.set_ylim(-0.04, 1.08)
         ax.set_ylabel("held-out pass@1 (greedy)")
         ax.legend(loc="upper left", fontsize=8)
     else:
@@ -90,7 +107,7 @@ def heldout_figure(data: SessionData) -> Figure:
     ns = sorted({p.n for p in data.heldout})
     caption = (f"n = {', '.join(map(str, ns))} held-out tasks per point; bars: 95% Wilson intervals; "
                "p: exact McNemar test of each point against \"before\" on the same tasks (paired).")
-    return Figure("heldout", "Held-out pass@1", caption, _render(fig))
+    return Figure("heldout", "Held-out pass@1", caption, _render(fig, caption))
 
 
 def rounds_figure(data: SessionData) -> Figure:
@@ -103,22 +120,24 @@ def rounds_figure(data: SessionData) -> Figure:
         ax.plot(x, [r.mean_reward for r in rs], "o-", linewidth=4, alpha=0.5, label="mean reward")
         ax.plot(x, [r.pass_at_1 for r in rs], "s--", mfc="white", label="pass@1 (sampled)")
         ax.plot(x, [r.pass_at_k for r in rs], "^-", label=f"pass@{data.rollouts}")
-        per_cycle = max(1, len(rs) // max(1, data.cycles)) if data.cycles > 1 else 0
-        for c in range(1, data.cycles) if per_cycle else ():
+        per_cycle = data.config.get("rounds") if data.cycles > 1 else None  # rounds per cycle (SessionConfig.rounds)
+        for c in range(1, data.cycles) if isinstance(per_cycle, int) and per_cycle > 0 else ():
             ax.axvline(c * per_cycle + 0.5, color="gray", linestyle=":", linewidth=1)
         ax.set_xticks(x)
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(-0.04, 1.05)
         ax.set_xlabel("round")
         ax.set_ylabel("rate over the round's train rollouts")
         ax.legend(fontsize=8)
     else:
         _empty(ax, "no round recorded")
     ax.set_title("Train reward and pass@k per round")
-    eps = ", ".join(f"{r.round}: {r.episodes}" for r in rs) or "none"
-    caption = (f"groups of k = {data.rollouts} rollouts at the sampling temperature; episodes per round {eps}; "
-               "no error bars (one group per task); dotted lines: sleeps between cycles; with a 0/1 verifier reward the "
-               "mean reward equals pass@1 and the two lines coincide.")
-    return Figure("rounds", "Train rates per round", caption, _render(fig))
+    eps = ", ".join(f"round {r.round}: {_plural(r.episodes, 'group')}" for r in rs) or "no round"
+    caption = (f"Groups of k = {data.rollouts} rollouts at the sampling temperature ({eps}); no error bars "
+               f"(one group per task); pass@1 and pass@k count a rollout as passed at reward ≥ {data.threshold:g}"
+               + ("; dotted lines: the sleeps between cycles" if data.cycles > 1 else "")
+               + ("; with a 0/1 verifier reward the mean reward equals pass@1 and the two lines coincide." if not data.rubric
+                  else "."))
+    return Figure("rounds", "Train rates per round", caption, _render(fig, caption))
 
 
 def hints_figure(data: SessionData) -> Figure:
@@ -134,6 +153,7 @@ def hints_figure(data: SessionData) -> Figure:
                                            ("guided successes", [r.rescued for r in rs]))):
             ax.bar([v + (i - 1) * w for v in x], vals, width=w, label=label)
         ax.set_xticks(x)
+        _integer_axis(ax.yaxis)
         ax.set_xlabel("round")
         ax.set_ylabel("groups")
         ax.legend(fontsize=8)
@@ -142,9 +162,10 @@ def hints_figure(data: SessionData) -> Figure:
     ax.set_title("Hints: all-fail groups and how often a hint rescued them")
     total = sum(r.episodes for r in rs)
     guided = sum(r.guided for r in rs)
-    caption = (f"{total} group{'' if total == 1 else 's'} in all; {sum(r.all_fail for r in rs)} all-fail, {guided} re-attempted with a hint, "
-               f"{sum(r.rescued for r in rs)} of them with at least one guided success; counts, no error bars.")
-    return Figure("hints", "Hints per round", caption, _render(fig))
+    caption = (f"{_plural(total, 'group')} in all; {sum(r.all_fail for r in rs)} all-fail, {guided} re-attempted with a hint, "
+               f"{sum(r.rescued for r in rs)} of them with at least one guided success (reward ≥ {data.threshold:g}); "
+               "counts, no error bars.")
+    return Figure("hints", "Hints per round", caption, _render(fig, caption))
 
 
 def library_figure(data: SessionData) -> Figure:
@@ -154,8 +175,8 @@ def library_figure(data: SessionData) -> Figure:
     from matplotlib.ticker import MaxNLocator
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8.5, 5.2), sharex=True, height_ratios=(3, 2))
-    if tl is None or len(tl.times) < 2 and not tl.events:
-        _empty(top, "the library did not change during the session")
+    if tl is None or not any(any(v) for v in tl.counts.values()):
+        _empty(top, "the library held no lesson during the session")
         fig.delaxes(bottom)
     else:
         minutes = [(t - tl.start).total_seconds() / 60 for t in tl.times]
@@ -182,10 +203,10 @@ def library_figure(data: SessionData) -> Figure:
         bottom.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     top.set_title("The library during the session")
     n_ev = len(tl.events) if tl else 0
-    caption = (f"{n_ev} curation events (ticks above the counts, by op); counts replayed from the audit log; tokens "
+    caption = (f"{_plural(n_ev, 'curation event')} (ticks above the counts, by op); counts replayed from the audit log; tokens "
                "of candidate and active lessons at their current text; the library is shared, so events by hand or by "
                "other sessions in the same window count too.")
-    return Figure("library", "Library over time", caption, _render(fig))
+    return Figure("library", "Library over time", caption, _render(fig, caption))
 
 
 def reliability_bins(pairs: Sequence[tuple[float, float]], bins: int = 10) -> list[tuple[float, float, int]]:
@@ -218,7 +239,7 @@ def calibration_figure(data: SessionData) -> Figure:
             left.annotate(str(n), (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
         ece = expected_calibration_error([j for j, _ in pairs], [passes(v) for _, v in pairs])
         left.set_xlim(0, 1)
-        left.set_ylim(0, 1.05)
+        left.set_ylim(-0.04, 1.05)
         left.set_xlabel("judge reward (bin mean)")
         left.set_ylabel("verifier pass rate")
         left.set_title(f"Judge reliability, ECE {ece:.3f}", fontsize=10)
@@ -227,13 +248,16 @@ def calibration_figure(data: SessionData) -> Figure:
     if data.hack_flags:
         kinds = sorted(data.hack_flags)
         right.barh(kinds, [data.hack_flags[k] for k in kinds], color="tab:red")
+        _integer_axis(right.xaxis)
         right.set_xlabel("rollouts flagged")
         right.set_title("Reward-hack flags", fontsize=10)
     else:
         _empty(right, "no reward-hack flag")
-    caption = (f"{len(pairs)} rollouts graded by both; 10 equal-width bins of the judge's reward, the number of "
-               "rollouts above each point; diagonal: perfect calibration; ECE as in Guo et al. 2017; no error bars.")
-    return Figure("calibration", "Critic calibration", caption, _render(fig))
+    flagged = sum(data.hack_flags.values())
+    caption = (f"{_plural(len(pairs), 'rollout')} graded by both the judge and the verifier; 10 equal-width bins of the "
+               "judge's reward, the number of rollouts above each point; diagonal: perfect calibration; ECE as in Guo et "
+               f"al. 2017; no error bars. Right: {flagged} reward-hack flags over the session's rubric-graded rollouts, by kind.")
+    return Figure("calibration", "Critic calibration", caption, _render(fig, caption))
 
 
 def compare_figure(sessions: Sequence[tuple[str, Sequence[HeldoutPoint]]]) -> Figure:
@@ -244,20 +268,22 @@ def compare_figure(sessions: Sequence[tuple[str, Sequence[HeldoutPoint]]]) -> Fi
     labels: dict[float, str] = {}
     for i, (name, points) in enumerate(sessions):
         colour = colours[i % len(colours)]
-        dx = (i - (len(sessions) - 1) / 2) * 0.03
+        dx = (i - (len(sessions) - 1) / 2) * 0.06
         for lessons in (True, False):
             ps = [p for p in points if p.lessons == lessons and p.pass_at_1 is not None]
             if not ps:
                 continue
             ys = [p.pass_at_1 for p in ps]
             err = [[y - p.ci95[0] for y, p in zip(ys, ps, strict=True)], [p.ci95[1] - y for y, p in zip(ys, ps, strict=True)]]
-            ax.errorbar([p.stage + dx for p in ps], ys, yerr=err, fmt="o" if lessons else "s", capsize=3, color=colour,
+            shift = dx + (-0.02 if lessons else 0.02)  # with and without lessons apart at one stage
+            ax.errorbar([p.stage + shift for p in ps], ys, yerr=err, fmt="o" if lessons else "s", capsize=3, color=colour,
                         linestyle="-" if lessons else "--", mfc=colour if lessons else "white",
                         label=f"{name}" + ("" if lessons else " (no lessons)"))
             labels.update({p.stage: p.label for p in ps})
     if labels:
-        ax.set_xticks(sorted(labels), [labels[s] for s in sorted(labels)], rotation=15)
-        ax.set_ylim(0, 1.05)
+        ax.set_xticks(sorted(labels), [labels[s] for s in sorted(labels)])
+        ax.set_xlim(min(labels) - 0.5, max(labels) + 0.5)
+        ax.set_ylim(-0.04, 1.05)
         ax.set_ylabel("held-out pass@1 (greedy)")
         ax.legend(fontsize=7, ncol=2)
     else:
@@ -266,7 +292,7 @@ def compare_figure(sessions: Sequence[tuple[str, Sequence[HeldoutPoint]]]) -> Fi
     ns = sorted({p.n for _, ps in sessions for p in ps})
     caption = (f"{len(sessions)} sessions; n = {', '.join(map(str, ns)) or '0'} held-out tasks per point; bars: 95% "
                "Wilson intervals; points of one stage are shifted apart to stay readable.")
-    return Figure("compare", "Sessions compared", caption, _render(fig))
+    return Figure("compare", "Sessions compared", caption, _render(fig, caption))
 
 
 def session_figures(data: SessionData) -> list[Figure]:

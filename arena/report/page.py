@@ -1,8 +1,8 @@
 """The HTML page of ``arena report``: figures embedded as data URIs, tables, and every figure as a PNG beside it.
 
 The page needs no network to be read: styles are inline, images are ``data:image/png;base64``
-URIs, there is no script. Files are written to a temporary name and renamed, so an
-interrupted report never leaves a half-written page.
+URIs, there is no script. All files are written under temporary names and renamed into place
+only when every one is written, so a failed report leaves an earlier one intact.
 """
 
 from __future__ import annotations
@@ -44,17 +44,6 @@ def check_out_dir(out: Path) -> None:
         raise ReportError(f"cannot create --out {out}: {e.strerror or e}") from None
     if not os.access(out, os.W_OK | os.X_OK):
         raise ReportError(f"--out {out} is not writable")
-
-
-def _write(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` through a temporary file in the same directory, then rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # open(): the umask's permissions, as any file the user writes
-    try:
-        tmp.write_bytes(payload)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _e(x: object) -> str:
@@ -114,15 +103,20 @@ def adapters_table(adapters: Sequence[AdapterProvenance]) -> str:
                       "distilled lessons", "lessons in context", "base pass@1", "adapter pass@1"), rows, numeric=(5, 6)))
 
 
+def _paired(vs: dict | None) -> tuple[str, str]:
+    if vs is None:
+        return "", ""
+    return f"{vs['diff']:+.3f} [{vs['ci95'][0]:+.3f}, {vs['ci95'][1]:+.3f}]", f"{vs['p_value']:.3g}"
+
+
 def _heldout_table(data: SessionData) -> str:
-    rows = []
-    for p in data.heldout:
-        vs = p.vs_before
-        rows.append((p.label, "yes" if p.lessons else "no", p.n,
-                     "n/a" if p.pass_at_1 is None else f"{p.pass_at_1:.3f}", f"[{p.ci95[0]:.3f}, {p.ci95[1]:.3f}]",
-                     "" if vs is None else f"{vs['diff']:+.3f} [{vs['ci95'][0]:+.3f}, {vs['ci95'][1]:+.3f}]",
-                     "" if vs is None else f"{vs['p_value']:.3g}"))
-    return _table(("stage", "lessons", "n", "pass@1", "95% CI", "vs before", "McNemar p"), rows, numeric=(2, 3))
+    rows = [(p.label, "yes" if p.lessons else "no", p.n, "n/a" if p.pass_at_1 is None else f"{p.pass_at_1:.3f}",
+             f"[{p.ci95[0]:.3f}, {p.ci95[1]:.3f}]", *_paired(p.vs_before), *_paired(p.vs_no_lessons))
+            for p in data.heldout]
+    return ('<p class="meta">Paired on the same tasks: the difference of pass@1 with its 95% Newcombe interval and '
+            "the exact McNemar p, against \"before\" and, for a point with lessons, against the same stage without.</p>"
+            + _table(("stage", "lessons", "n", "pass@1", "95% CI", "vs before", "p", "lessons vs none", "p"), rows,
+                     numeric=(2, 3)))
 
 
 def _page(title: str, meta: str, sections: Sequence[tuple[str, str]]) -> bytes:
@@ -161,11 +155,29 @@ class ReportFiles:
 
 
 def write_files(out: Path, page: bytes, figures: Sequence[Figure]) -> ReportFiles:
-    """Write ``<figure>.png`` for each figure, then ``report.html``, into ``out``."""
-    pngs = []
-    for f in figures:
-        pngs.append(out / f"{f.name}.png")
-        _write(pngs[-1], f.png)
-    path = out / "report.html"
-    _write(path, page)
-    return ReportFiles(path, pngs)
+    """Write ``<figure>.png`` for each figure and ``report.html`` into ``out``, all or nothing.
+
+    Every file is first written under a temporary name beside its target; only when all are
+    written are they renamed into place, so a failure (a directory where a file goes, a full
+    disk) leaves the files already in ``out`` as they were.
+
+    Raises:
+        ReportError: a target is a directory, or a file cannot be written.
+    """
+    files = [(out / f"{f.name}.png", f.png) for f in figures] + [(out / "report.html", page)]
+    for path, _ in files:
+        if path.is_dir():
+            raise ReportError(f"{path} is a directory; choose another --out")
+    tmps: list[Path] = []
+    try:
+        for path, payload in files:
+            tmps.append(path.with_name(f".{path.name}.{os.getpid()}.tmp"))  # open(): the umask's permissions
+            tmps[-1].write_bytes(payload)
+        for tmp, (path, _) in zip(tmps, files, strict=True):
+            os.replace(tmp, path)
+    except OSError as e:
+        raise ReportError(f"cannot write the report in {out}: {e.strerror or e}") from None
+    finally:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
+    return ReportFiles(files[-1][0], [p for p, _ in files[:-1]])

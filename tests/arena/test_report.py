@@ -39,6 +39,11 @@ def test_heldout_points_are_the_stored_evaluations_paired_with_before(wake_sleep
     # cycle 1 (0, 1, 5, 6) vs before: 2 discordant, p = 2 / 2^2; without lessons (0, 2, 5): 1, p = 1
     assert (wake_sleep.heldout[1].vs_before["diff"], wake_sleep.heldout[1].vs_before["p_value"]) == (0.2, pytest.approx(0.5))
     assert wake_sleep.heldout[2].vs_before["p_value"] == pytest.approx(1.0)
+    # with vs without lessons at one stage: after (0-3, 5-7) vs (0, 1, 5, 6): 3 discordant one way, p = 2 / 2^3
+    after_vs_none = wake_sleep.heldout[3].vs_no_lessons
+    assert (after_vs_none["diff"], after_vs_none["p_value"]) == (0.3, pytest.approx(0.25))
+    assert wake_sleep.heldout[1].vs_no_lessons["diff"] == 0.1  # cycle 1: (0, 1, 5, 6) vs (0, 2, 5)
+    assert wake_sleep.heldout[0].vs_no_lessons is None and wake_sleep.heldout[2].vs_no_lessons is None
 
 
 def test_round_rates_and_hint_counts_by_hand(wake_sleep) -> None:
@@ -142,6 +147,41 @@ def test_compare_takes_library_files_as_their_newest_session(db: Path, tmp_path:
     assert proc.returncode == 0, proc.stderr
     page = Path(json.loads(proc.stdout)["html"]).read_text()
     assert "Sessions compared: wake-sleep, sft: sft" in page and "n = 3, 10 held-out tasks" in page
+
+
+def test_compare_of_library_files_needs_no_db_and_refuses_one_session_twice(db: Path, tmp_path: Path) -> None:
+    other = tmp_path / "sft.db"
+    with LessonStore(str(other)) as store:
+        sid = store.create_session("sft", {"families": ["chain_sum"], "rollouts": 2}, seed=0)
+        store.upsert_tasks(sid, [report_fixture.Task("chain_sum/train/00000", "1 + 2", "3")])
+        store.record_evaluation(sid, "heldout_before", "heldout", True, [1, 0], wilson_interval(1, 2), {})
+        store.record_episode(report_fixture.episode(sid, "r001-a", 1, "chain_sum/train/00000", [], [1, 0]))
+    proc = arena("report", "--compare", str(other), str(db), "--out", "cmp", cwd=tmp_path)  # no arena.db here
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "cmp" / "compare.png").is_file()
+    # the newest session of a library file is the same session as its name: refused
+    with LessonStore(str(db)) as store:
+        newest = store.latest_session_with_episodes()
+    same = arena("report", "--db", str(db), "--compare", newest, str(db), "--out", str(tmp_path / "x"))
+    assert_one_line_error(same, "is the same session as")
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_failed_write_leaves_the_earlier_report_as_it_was(db: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "report.html").mkdir(parents=True)  # a directory where the page goes
+    (out / "heldout.png").write_bytes(b"an earlier figure")
+    assert_one_line_error(arena("report", "--db", str(db), "--session", "wake-sleep", "--out", str(out)),
+                          "report.html is a directory")
+    assert (out / "heldout.png").read_bytes() == b"an earlier figure"
+    assert sorted(p.name for p in out.iterdir()) == ["heldout.png", "report.html"]  # no temporary file left
+
+
+def test_default_out_directory_stays_in_the_working_directory() -> None:
+    from arena.cli.report import safe_name
+
+    assert safe_name("run-2026.12.02") == "run-2026.12.02"
+    assert safe_name("../../etc") == "_.._etc" and "/" not in safe_name("a/b") and safe_name("..") == "session"
 
 
 def test_empty_parts_draw_a_figure_that_says_so(db: Path, tmp_path: Path) -> None:
