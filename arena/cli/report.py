@@ -34,8 +34,8 @@ def report(
     """
     quiet_libraries()
     from arena.cli.support import require_db_file
-    from arena.report import ReportError, write_compare_report, write_session_report
-    from lessons.library.store import LessonStore, StoreError
+    from arena.report import ReportError, open_library, write_compare_report, write_session_report
+    from lessons.library.store import StoreError
 
     try:
         if not db.strip():
@@ -50,7 +50,7 @@ def report(
             if sessions:
                 raise ValueError(f"unexpected argument {sessions[0]!r}: name one session with --session, or several with --compare")
             if session is None:
-                with LessonStore(db) as store:
+                with open_library(db) as store:
                     session = store.latest_session_with_episodes()
                 if session is None:
                     raise ValueError(f"no session with episodes in {db}; run `arena run --db {db}` first")

@@ -17,13 +17,20 @@ from arena.report.figures import Figure, compare_figure, session_figures
 from arena.report.page import ReportFiles, check_out_dir, compare_page, session_page, write_files
 from lessons.library.store import LessonStore, StoreError
 
-__all__ = ["Figure", "ReportError", "ReportFiles", "SessionData", "gather", "write_compare_report", "write_session_report"]
+__all__ = ["Figure", "ReportError", "ReportFiles", "SessionData", "gather", "open_library", "write_compare_report", "write_session_report"]
 
 
-def _open(db: str) -> LessonStore:
-    """The existing library ``db`` (a bare path that does not exist is an error, not a new library)."""
+def open_library(db: str) -> LessonStore:
+    """Open the existing library ``db`` for reading a report (the caller closes it).
+
+    Raises:
+        ReportError: a bare path that does not exist or is an empty file (opening would create a
+            library there), or a file the store cannot open.
+    """
     if "://" not in db and not Path(db).is_file():
         raise ReportError(f"no database at {db}; run `arena run --db {db}` first")
+    if "://" not in db and Path(db).stat().st_size == 0:  # opening would write a schema into it: a report only reads
+        raise ReportError(f"{db} is an empty file, not a library; run `arena run --db {db}` first")
     try:
         return LessonStore(db)
     except StoreError as e:
@@ -44,7 +51,7 @@ def write_session_report(db: str, session: str, out: Path) -> ReportFiles:
     Raises:
         ReportError: ``out`` unwritable, no such session, or it has no held-out evaluation.
     """
-    store = _open(db)
+    store = open_library(db)
     try:
         data = gather(store, session, db)
     finally:
@@ -75,7 +82,7 @@ def write_compare_report(db: str, sessions: Sequence[str], out: Path) -> ReportF
     for entry in entries:
         from_file = "://" not in entry and Path(entry).is_file()
         source = entry if from_file else db
-        store = _open(source)
+        store = open_library(source)
         try:
             name = store.latest_session_with_episodes() if from_file else entry
             if name is None:

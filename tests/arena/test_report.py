@@ -236,6 +236,11 @@ def test_missing_and_non_database_files_are_one_line(tmp_path: Path) -> None:
     assert_one_line_error(proc)
     assert bad.read_text() == "not a database\n" * 100
     assert not (tmp_path / "o").exists()
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert_one_line_error(arena("report", "--db", str(empty), "--session", "x"), "is an empty file, not a library")
+    assert_one_line_error(arena("report", "--db", str(empty)), "is an empty file, not a library")  # the default session
+    assert empty.stat().st_size == 0  # a report never writes a schema into the file it reads
 
 
 def test_compare_figure_with_no_graded_point_says_so() -> None:
