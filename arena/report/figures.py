@@ -90,10 +90,10 @@ def heldout_figure(data: SessionData) -> Figure:
         err = [[y - p.ci95[0] for y, p in zip(ys, ps, strict=True)], [p.ci95[1] - y for y, p in zip(ys, ps, strict=True)]]
         ax.errorbar(xs, ys, yerr=err, fmt=marker, mfc=fill, mec="tab:blue", ecolor="tab:blue", capsize=4,
                     linestyle="-" if lessons else "--", color="tab:blue", label="with lessons" if lessons else "without lessons")
-        for x, p in zip(xs, ps, strict=True):
+        for x, p in zip(xs, ps, strict=True):  # with lessons: p above the bar; without: below, so both stay readable
             if p.vs_before is not None:
-                ax.annotate(_p(p.vs_before["p_value"]), (x, p.ci95[1]), textcoords="offset points", xytext=(0, 4),
-                            ha="center", fontsize=8)
+                ax.annotate(_p(p.vs_before["p_value"]), (x, p.ci95[1] if lessons else p.ci95[0]), textcoords="offset points",
+                            xytext=(0, 4 if lessons else -4), ha="center", va="bottom" if lessons else "top", fontsize=8)
     if points:
         stages = sorted({p.stage: p.label for p in points}.items())
         ax.set_xticks([s for s, _ in stages], [lbl for _, lbl in stages])
@@ -106,7 +106,8 @@ def heldout_figure(data: SessionData) -> Figure:
     ax.set_title("Held-out pass@1 before and after")
     ns = sorted({p.n for p in data.heldout})
     caption = (f"n = {', '.join(map(str, ns))} held-out tasks per point; bars: 95% Wilson intervals; "
-               "p: exact McNemar test of each point against \"before\" on the same tasks (paired).")
+               "p: exact McNemar test of each point against \"before\" on the same tasks (paired; above a point with "
+               "lessons, below one without).")
     return Figure("heldout", "Held-out pass@1", caption, _render(fig, caption))
 
 
