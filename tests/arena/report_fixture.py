@@ -117,3 +117,13 @@ def build(path: Path) -> Path:
             conn.execute("UPDATE rollouts SET reward_kind = 'rubric-explicit', verifier_reward = ?, hack_flags = ? WHERE id = ?",
                          (v, json.dumps(["verifier_disagrees"] if i == 2 else []), rid_))
     return path
+
+
+def one_session(path: Path, name: str, heldout: list[float]) -> Path:
+    """A library at ``path`` with one session ``name``: held-out before ``heldout``, one group rewarded 1 0."""
+    with LessonStore(str(path)) as store:
+        sid = store.create_session(name, {"families": ["chain_sum"], "rollouts": 2}, seed=0)
+        store.upsert_tasks(sid, [Task("chain_sum/train/00000", "1 + 2", "3")])
+        _evaluate(store, sid, "heldout_before", heldout)
+        store.record_episode(episode(sid, "r001-a", 1, "chain_sum/train/00000", [], [1, 0]))
+    return path

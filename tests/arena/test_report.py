@@ -137,12 +137,7 @@ def test_compare_puts_sessions_on_one_figure(db: Path, tmp_path: Path) -> None:
 
 def test_compare_takes_library_files_as_their_newest_session(db: Path, tmp_path: Path) -> None:
     """`arena bench learning` keeps one library per condition: `--compare a.db b.db` compares them."""
-    other = tmp_path / "sft.db"
-    with LessonStore(str(other)) as store:
-        sid = store.create_session("sft", {"families": ["chain_sum"], "rollouts": 2}, seed=0)
-        store.upsert_tasks(sid, [report_fixture.Task("chain_sum/train/00000", "1 + 2", "3")])
-        store.record_evaluation(sid, "heldout_before", "heldout", True, [1, 1, 0], wilson_interval(2, 3), {})
-        store.record_episode(report_fixture.episode(sid, "r001-a", 1, "chain_sum/train/00000", [], [1, 0]))
+    other = report_fixture.one_session(tmp_path / "sft.db", "sft", [1, 1, 0])
     proc = arena("report", "--db", str(db), "--compare", "wake-sleep", str(other), "--out", str(tmp_path / "cmp"), "--json")
     assert proc.returncode == 0, proc.stderr
     page = Path(json.loads(proc.stdout)["html"]).read_text()
@@ -150,12 +145,7 @@ def test_compare_takes_library_files_as_their_newest_session(db: Path, tmp_path:
 
 
 def test_compare_of_library_files_needs_no_db_and_refuses_one_session_twice(db: Path, tmp_path: Path) -> None:
-    other = tmp_path / "sft.db"
-    with LessonStore(str(other)) as store:
-        sid = store.create_session("sft", {"families": ["chain_sum"], "rollouts": 2}, seed=0)
-        store.upsert_tasks(sid, [report_fixture.Task("chain_sum/train/00000", "1 + 2", "3")])
-        store.record_evaluation(sid, "heldout_before", "heldout", True, [1, 0], wilson_interval(1, 2), {})
-        store.record_episode(report_fixture.episode(sid, "r001-a", 1, "chain_sum/train/00000", [], [1, 0]))
+    other = report_fixture.one_session(tmp_path / "sft.db", "sft", [1, 0])
     proc = arena("report", "--compare", str(other), str(db), "--out", "cmp", cwd=tmp_path)  # no arena.db here
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "cmp" / "compare.png").is_file()
