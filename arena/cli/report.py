@@ -33,15 +33,12 @@ def report(
     Exit code 2 on bad input (unknown session, no evaluation yet, unwritable --out).
     """
     quiet_libraries()
-    from arena.cli.support import require_db_file
     from arena.report import ReportError, open_library, write_compare_report, write_session_report
     from lessons.library.store import StoreError
 
     try:
         if not db.strip():
             raise ValueError("--db must name a library (a SQLite path or an SQLAlchemy URL)")
-        if not compare or not all(Path(s).is_file() for s in sessions or []):  # library files need no --db
-            require_db_file(db)
         if compare:
             if session is not None:
                 raise ValueError("--compare takes the sessions as arguments, not --session")
