@@ -13,6 +13,7 @@ code 2, never a traceback, and are detected before anything is written.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -47,8 +48,23 @@ app.add_typer(export.export_app, name="export")
 app.add_typer(adapters.adapters_app, name="adapters")
 
 
+def accept_interrupts() -> None:
+    """Let Ctrl-C / ``kill -INT`` stop ``arena`` even when its parent ignored or blocked SIGINT.
+
+    An ignored signal and the signal mask are inherited across ``exec``, and Python keeps an
+    inherited ``SIG_IGN`` instead of installing its ``KeyboardInterrupt`` handler: an ``arena
+    run`` started by a shell script's ``&`` (POSIX shells ignore SIGINT in background jobs), or by
+    a process that ignored it, would otherwise run on through every Ctrl-C. Found as a test that
+    passed alone and failed after the suite (its child was spawned by a process ignoring SIGINT).
+    """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main() -> None:
     """Console-script entry point: usage errors are one line on stderr too (exit 2)."""
+    accept_interrupts()
     try:
         rc = app(standalone_mode=False)  # returns the exit code of typer.Exit instead of exiting
         if rc == EXIT_INTERRUPTED:

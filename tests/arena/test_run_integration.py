@@ -70,12 +70,22 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path):
     assert summary["mean_reward"] == pytest.approx(sum(rewards) / len(rewards), abs=1e-4)
 
 
-@pytest.mark.parametrize("sig", ["SIGINT"])
-def test_an_interrupted_run_exits_with_its_code_not_an_abort(tmp_path, sig):
-    """Ctrl-C / kill during a session: one resume line, exit 130, no C++ abort from the decoder thread.
+def _ignoring_interrupts() -> None:
+    """The parent a child inherits SIGINT ignored and blocked from (a shell script's ``&``, a test runner)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+@pytest.mark.parametrize("parent", ["default", "ignoring SIGINT"])
+def test_an_interrupted_run_exits_with_its_code_not_an_abort(tmp_path, parent):
+    """Ctrl-C during a session: one resume line, exit 130, no C++ abort from the decoder thread.
 
     Found by a new user: interpreter finalization under a decoder thread that was inside a torch
-    kernel printed "terminate called without an active exception" and died of SIGABRT."""
+    kernel printed "terminate called without an active exception" and died of SIGABRT. Found in CI:
+    a child started by a process that ignored SIGINT inherited ``SIG_IGN`` and ran on through every
+    Ctrl-C (passing alone, failing after the suite); ``arena.cli.accept_interrupts`` restores it."""
     import signal
     import sqlite3
     import time
@@ -83,7 +93,8 @@ def test_an_interrupted_run_exits_with_its_code_not_an_abort(tmp_path, sig):
     db = tmp_path / "arena.db"
     proc = subprocess.Popen([sys.executable, "-m", "arena.cli", "run", "--db", str(db), "--family", FAMILY,
                              "--train-tasks", "4", "--heldout-tasks", "8", "--rounds", "2", "--session", "cut"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ignoring_interrupts if parent != "default" else None)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:  # until the session row exists
         if db.exists():
@@ -96,18 +107,13 @@ def test_an_interrupted_run_exits_with_its_code_not_an_abort(tmp_path, sig):
         time.sleep(0.5)
     assert proc.poll() is None, proc.communicate()
     time.sleep(2)  # into the held-out evaluation: the decoder thread is busy
-    # Ctrl-C, repeated every 30 s as a user would: in two clean-clone CI runs of session 5 the first one was lost
-    # (the run went on; not diagnosed, see the issue note) — every later assertion is about how it then exits
-    for _ in range(10):
-        proc.send_signal(getattr(signal, sig))
-        try:
-            out, err = proc.communicate(timeout=30)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    else:
+    proc.send_signal(signal.SIGINT)  # one Ctrl-C must do
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
         proc.kill()
-        raise AssertionError("arena run ignored 10 interrupts in 300 s")
+        proc.communicate()
+        raise AssertionError(f"arena run ({parent} parent) did not stop within 120 s of one SIGINT") from None
     assert proc.returncode == 130, err
     assert "terminate called" not in err
     assert err.strip().splitlines()[-1] == f"arena: error: interrupted; continue with: arena run --db {db} --resume cut"
