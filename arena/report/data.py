@@ -152,15 +152,13 @@ def heldout_points(store: LessonStore, session_id: int, cycles: int) -> list[Hel
             wanted.append((eval_name(c, lessons), f"cycle {c}", float(c), lessons))
     last = float(max(1, cycles))
     wanted += [(HELDOUT_AFTER, "after", last, True), (HELDOUT_AFTER_NO_LESSONS, "after", last, False)]
-    taken: set[tuple[float, bool]] = set()
     out: list[HeldoutPoint] = []
-    results = {}
+    results = {}  # (stage, lessons) -> the stored result placed there
     for name, label, stage, lessons in wanted:
         e = infos.get(name)
-        if e is None or (stage, lessons) in taken:  # a cycles session's last cycle is also its "after"
+        if e is None or (stage, lessons) in results:  # a cycles session's last cycle is also its "after"
             continue
-        taken.add((stage, lessons))
-        got = results[(stage, lessons)] = evals.stored(name)
+        got = results[(stage, lessons)] = before if name == HELDOUT_BEFORE else evals.stored(name)
         out.append(HeldoutPoint(
             name=name, label=label, stage=stage, lessons=lessons, n=e.n,
             pass_at_1=e.pass_at_1 if e.n else None, ci95=(e.ci_lo, e.ci_hi),
