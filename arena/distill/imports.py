@@ -126,8 +126,8 @@ def import_adapter(store: LessonStore, db: str, src: Path, session: str, name: s
         raise DistillError(f"an adapter named {adapter_id!r} is already registered; pass another --name")
     _, tasks = session_heldout(store, db, session)
     lineage = _lineage(data_dir)
-    probe = LocalPolicy(model_dir=base_model)
-    base_dir = probe.model_dir
+    base = LocalPolicy(model_dir=base_model)  # not loaded yet: its directory is enough for the checks
+    base_dir = base.model_dir
     fingerprint = base_fingerprint(base_dir)
     check_adapter_dir(src, fingerprint)  # with our sidecar: its fingerprint must be this base model's
     rank = check_lora_shapes(src, base_dir)
@@ -139,7 +139,6 @@ def import_adapter(store: LessonStore, db: str, src: Path, session: str, name: s
     try:
         shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(SIDECAR, "training_args.bin", "optimizer.pt"))
         tmp.rename(dest)
-        base = LocalPolicy(model_dir=base_model)
         base.load()
         ev = {"base": evaluate(store, base, tasks, False, (), lesson_tokens, max_tokens)}
         ev["base_lessons"] = evaluate(store, base, tasks, True, (), lesson_tokens, max_tokens, ev["base"])
