@@ -339,7 +339,6 @@ class LessonRow(Base):
     __tablename__ = "lessons"
     __table_args__ = (
         Index("ix_lessons_status_scope", "status", "scope"),
-        Index("ix_lessons_scope_rank", "scope", "rank_score"),
     )
 
     id: Mapped[intpk]
@@ -370,6 +369,10 @@ class LessonRow(Base):
         passive_deletes=True,
         foreign_keys="LessonEventRow.lesson_id",
     )
+
+
+# retrieval's prior reads a scope's lessons ORDER BY rank_score DESC, id: the index in that order (migration 0010)
+Index("ix_lessons_scope_rank_id", LessonRow.scope, LessonRow.rank_score.desc(), LessonRow.id)
 
 
 class LessonEventRow(Base):

@@ -112,7 +112,7 @@ class LessonRepository(Repository):
     def top_lessons(self, family: str | None, limit: int, statuses: Sequence[str] = RETRIEVABLE_STATUSES) -> list[LessonInfo]:
         """The ``limit`` lessons of a family (and global) with the highest ``rank_score``.
 
-        One indexed query per scope (index ``ix_lessons_scope_rank``), merged; None: every
+        One indexed query per scope (index ``ix_lessons_scope_rank_id``, in the query's order), merged; None: every
         scope in one query.
         """
         t = LESSONS_TABLE.c
