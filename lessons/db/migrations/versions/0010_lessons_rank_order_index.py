@@ -5,7 +5,7 @@
 first key only, so SQLite sorted every lesson tied at the top scores in a temporary B-tree (the
 prior is ``helpful − harmful`` before utility is measured: ties are the rule). With the id in the
 index the query stops after ``limit`` rows: 0.46 → 0.13 ms per scope at 100k lessons
-(bench/RESULTS.md, "Lesson retrieval at 100k lessons, session 7").
+(bench/RESULTS.md, "Issue 17 on a quiet machine, session 7").
 
 Revision ID: 0010
 Revises: 0009
