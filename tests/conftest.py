@@ -132,3 +132,109 @@ def fault_server():
     yield start
     for s in started:
         s.close()
+
+
+# --------------------------------------------------------------------------- library backends
+
+POSTGRES_URL_ENV = "ARENA_TEST_POSTGRES_URL"  # a PostgreSQL server's URL whose user may CREATE DATABASE
+REQUIRE_POSTGRES_ENV = "ARENA_REQUIRE_POSTGRES"  # "1" (CI): the PostgreSQL cases must run, not skip
+LIBRARY_BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that opens a library through ``library_url`` on SQLite and on PostgreSQL.
+
+    A test that also asks for ``db_path`` or ``fx`` (the TUI's fixture file) reads the
+    SQLite file itself (pragmas, sqlite3 counts), so it runs on SQLite only.
+    """
+    if "library_url" in metafunc.fixturenames:
+        sqlite_only = {"db_path", "fx"} & set(metafunc.fixturenames)
+        backends = ("sqlite",) if sqlite_only else LIBRARY_BACKENDS
+        metafunc.parametrize("library_url", backends, indirect=True)
+
+
+def _admin_url() -> str | None:
+    url = os.environ.get(POSTGRES_URL_ENV, "").strip()
+    if not url:
+        if os.environ.get(REQUIRE_POSTGRES_ENV) == "1":
+            pytest.fail(f"{REQUIRE_POSTGRES_ENV}=1 but {POSTGRES_URL_ENV} is not set: no PostgreSQL server to test on")
+        return None
+    return url
+
+
+def _libpq(url: str) -> str:
+    """A SQLAlchemy PostgreSQL URL as libpq takes it (no ``+driver``)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _with_database(url: str, name: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(drivername="postgresql+psycopg", database=name).render_as_string(hide_password=False)
+
+
+class PostgresServer:
+    """Fresh databases on the test PostgreSQL server: each a copy of one migrated template (fast)."""
+
+    def __init__(self, admin_url: str) -> None:
+        import psycopg
+
+        self.admin_url = admin_url
+        self._psycopg = psycopg
+        self._n = 0
+        self.template = f"arena_template_{os.getpid()}"
+        try:
+            self._exec(f'DROP DATABASE IF EXISTS "{self.template}"', f'CREATE DATABASE "{self.template}"')
+        except psycopg.OperationalError as e:
+            pytest.fail(f"{POSTGRES_URL_ENV} names no reachable PostgreSQL server: {' '.join(str(e).split())}")
+        from lessons.library.store import LessonStore
+
+        LessonStore(_with_database(admin_url, self.template)).close()  # every migration, once
+
+    def _exec(self, *statements: str) -> None:
+        with self._psycopg.connect(_libpq(self.admin_url), autocommit=True) as conn:
+            for sql in statements:
+                conn.execute(sql)
+
+    def create(self, migrated: bool = True) -> tuple[str, str]:
+        """``(name, SQLAlchemy URL)`` of a new database: migrated to head, or empty."""
+        self._n += 1
+        name = f"arena_test_{os.getpid()}_{self._n}"
+        template = f' TEMPLATE "{self.template}"' if migrated else " TEMPLATE template0"
+        self._exec(f'DROP DATABASE IF EXISTS "{name}"', f'CREATE DATABASE "{name}"{template}')
+        return name, _with_database(self.admin_url, name)
+
+    def drop(self, name: str) -> None:
+        self._exec(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def close(self) -> None:
+        self.drop(self.template)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """The PostgreSQL server of :data:`POSTGRES_URL_ENV`; skips when none is set (fails when required)."""
+    url = _admin_url()
+    if url is None:
+        pytest.skip(f"no PostgreSQL server: set {POSTGRES_URL_ENV}=postgresql://user@127.0.0.1:PORT/postgres to run these")
+    server = PostgresServer(url)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """The URL of a fresh, migrated PostgreSQL library database, dropped after the test."""
+    name, url = postgres_server.create()
+    yield url
+    postgres_server.drop(name)
+
+
+@pytest.fixture
+def library_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """Where the test's library lives: a SQLite file under ``tmp_path``, or a fresh PostgreSQL database."""
+    if request.param == "postgresql":
+        return request.getfixturevalue("postgres_url")
+    return str(tmp_path / "arena.db")

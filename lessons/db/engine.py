@@ -12,6 +12,12 @@ and the listeners emit ``BEGIN`` themselves, ``BEGIN IMMEDIATE`` for write sessi
 that read first), so two processes writing the same file serialise on the write lock
 (waiting up to ``busy_timeout``) instead of failing on lock upgrade. WAL journal mode lets
 readers (a TUI) read while a session writes.
+
+PostgreSQL specifics (psycopg 3, the ``postgres`` extra): write sessions start by taking
+one transaction-level advisory lock (``pg_advisory_xact_lock``, PostgreSQL docs §13.3.5),
+so writers serialise exactly as on SQLite and a read-then-write op (the next readable
+lesson id ``scope-00042``, a vote counter, a MERGE) never races another process's; reads
+run at READ COMMITTED beside them and never wait. Migrations take the same lock.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from lessons.library.records import StoreError
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another's lock before failing
 
 _BEGIN_OPTION = "lesson_arena_sqlite_begin"  # execution option read by the "begin" listener
+_WRITE_OPTION = "lesson_arena_write"  # execution option of PostgreSQL write sessions (take the writers' lock)
+WRITE_LOCK_KEY = 0x4C41_5245  # the advisory lock writers of one PostgreSQL library serialise on ("LARE")
 
 
 def one_line(x: object) -> str:
@@ -55,9 +63,12 @@ def parse_url(url: str | os.PathLike[str]) -> URL:
     """
     raw = os.fspath(url)
     try:
-        return make_url(raw) if "://" in raw else URL.create("sqlite", database=raw)
+        parsed = make_url(raw) if "://" in raw else URL.create("sqlite", database=raw)
     except ArgumentError as e:
         raise StoreError(f"cannot open database {raw}: {one_line(e)}") from None
+    if parsed.drivername in ("postgresql", "postgres"):  # the driver this package declares: psycopg 3
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
 
 
 def sqlite_file(url: URL) -> Path | None:
@@ -135,6 +146,21 @@ def install_sqlite_listeners(engine: Engine) -> None:
         conn.exec_driver_sql(f"BEGIN {mode}".rstrip())
 
 
+def install_postgres_listeners(engine: Engine) -> None:
+    """Writers' advisory lock on PostgreSQL: each write transaction begins with ``pg_advisory_xact_lock``.
+
+    Args:
+        engine: a PostgreSQL engine; transactions of connections whose execution options
+            carry the write option wait for :data:`WRITE_LOCK_KEY`, which PostgreSQL
+            releases at COMMIT or ROLLBACK.
+    """
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get(_WRITE_OPTION):
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")
+
+
 @lru_cache(maxsize=1)
 def _script() -> ScriptDirectory:
     """The Alembic revisions shipped with this package (parsed once per process)."""
@@ -161,15 +187,21 @@ class Database:
         self._url = parse_url(url)
         self._sqlite_path = sqlite_file(self._url)
         self._is_sqlite = self._url.get_backend_name() == "sqlite"
+        self._is_postgres = self._url.get_backend_name() == "postgresql"
         if self._sqlite_path is not None:
             check_sqlite_path(self._sqlite_path)
         try:
-            self._engine = create_engine(self._url)
-        except (ArgumentError, ImportError) as e:
+            self._engine = create_engine(self._url, **self._engine_options())
+        except ImportError as e:
+            raise StoreError(f"cannot open database {self.location}: {one_line(e)}{self._driver_hint()}") from None
+        except ArgumentError as e:
             raise StoreError(f"cannot open database {self.location}: {one_line(e)}") from None
         if self._is_sqlite:
             install_sqlite_listeners(self._engine)
             self._write_engine = self._engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+        elif self._is_postgres:
+            install_postgres_listeners(self._engine)
+            self._write_engine = self._engine.execution_options(**{_WRITE_OPTION: True})
         else:
             self._write_engine = self._engine
         try:
@@ -184,6 +216,18 @@ class Database:
         except (SQLAlchemyError, CommandError) as e:
             self._engine.dispose()
             raise StoreError(f"cannot migrate database {self.location}: {one_line(e)}") from None
+
+    def _engine_options(self) -> dict[str, Any]:
+        """``create_engine`` options: PostgreSQL fails fast on an unreachable server (10 s, not the OS's minutes)."""
+        if self._is_postgres:
+            return {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
+        return {}
+
+    def _driver_hint(self) -> str:
+        """What to install when the URL's driver is missing (PostgreSQL needs psycopg 3)."""
+        if self._url.drivername == "postgresql+psycopg":
+            return " (the PostgreSQL driver is missing: pip install 'lesson-arena[postgres]')"
+        return ""
 
     # ----------------------------------------------------------------- migrations
 
@@ -250,6 +294,11 @@ class Database:
     def is_sqlite(self) -> bool:
         """Whether the backend is SQLite (file or in-memory): FTS5 and the pragmas apply."""
         return self._is_sqlite
+
+    @property
+    def is_postgres(self) -> bool:
+        """Whether the backend is PostgreSQL: its own full-text search (tsvector, GIN) and the writers' advisory lock apply."""
+        return self._is_postgres
 
     @property
     def location(self) -> str:

@@ -526,10 +526,22 @@ class TaskProposalRow(Base):
 # --------------------------------------------------------------------------- migrations
 
 
+POSTGRES_SEARCH_NAMES = frozenset({"search_vector", "ix_lessons_search_vector"})  # revision 0011
+
+
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
-    """Alembic autogenerate filter: the FTS5 index ``lessons_fts`` and its shadow tables
-    (created by revision 0003 in raw SQL) are not models."""
-    return not (type_ == "table" and name is not None and name.startswith("lessons_fts"))
+    """Alembic autogenerate filter: the search indexes made in raw SQL are not models.
+
+    They are the FTS5 index ``lessons_fts`` and its shadow tables on SQLite (revision 0003),
+    and the ``search_vector`` column and its GIN index on PostgreSQL (revision 0011).
+    """
+    if name is None:
+        return True
+    if type_ == "table":
+        return not name.startswith("lessons_fts")
+    if type_ in ("column", "index"):
+        return name not in POSTGRES_SEARCH_NAMES
+    return True
 
 
 def alembic_config(url: str, **attributes: Any) -> Any:

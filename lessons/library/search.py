@@ -1,14 +1,25 @@
-"""Full-text search of lessons (SQLite FTS5, BM25) and its term statistics: :class:`SearchRepository`.
+"""Full-text search of lessons (SQLite FTS5 or PostgreSQL full-text search) and its term statistics.
 
-The index ``lessons_fts`` (revision 0003) is an external-content FTS5 table over
-``lessons.text`` with the porter tokenizer; ``lessons_fts_vocab`` gives each stem's
-document frequency, which :meth:`SearchRepository.search_lessons` uses to prune the query
-terms of retrieval in a large library. On other backends there is no index and search
-returns nothing (:mod:`lessons.library.retrieval` then scores the live lessons in Python).
+:class:`SearchRepository` searches the backend's own index behind one interface:
+
+- SQLite: ``lessons_fts`` (revision 0003), an external-content FTS5 table over
+  ``lessons.text`` with the porter tokenizer, ranked by ``bm25()``; ``lessons_fts_vocab``
+  gives each stem's document frequency.
+- PostgreSQL: ``lessons.search_vector`` (revision 0011), a stored ``to_tsvector('english',
+  text)`` with a GIN index. PostgreSQL's ``ts_rank_cd`` (cover density, length-normalised
+  by ``1 + log(length)``) has no inverse document frequency, so each query lexeme's
+  ``ts_rank_cd`` is weighted by its BM25 IDF, ``ln(1 + (N − df + 0.5) / (df + 0.5))``, with
+  ``df`` from ``ts_stat`` over the library: a rare word that matches outranks a common
+  one, as with BM25 on SQLite.
+
+Both prune the query terms of retrieval in a large library by document frequency. On
+other backends there is no index and search returns nothing (:mod:`lessons.library.retrieval`
+then scores the live lessons in Python).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from functools import lru_cache
@@ -28,6 +39,8 @@ from lessons.vocab import RETRIEVABLE_STATUSES
 _PORTER = snowballstemmer.stemmer("porter")  # the stemmer of FTS5's "porter" tokenizer (Porter 1980)
 
 PRUNE_ABOVE = 2000  # lessons (by row id) above which retrieval prunes query terms by IDF
+PG_SEARCH_CONFIG = "english"  # the text search configuration of lessons.search_vector (revision 0011)
+PG_STATS_STALE = 0.01  # PostgreSQL: recount document frequencies once the library grew by this fraction
 
 
 @lru_cache(maxsize=65536)
@@ -46,18 +59,26 @@ class SearchRepository(Repository):
     """
 
     def __init__(self, url: str | os.PathLike[str]) -> None:
-        self._fts: bool | None = None  # whether lessons_fts exists (looked up once)
-        self._df: tuple[int, dict[str, int]] | None = None  # (max lesson row id, porter stem -> document frequency)
+        self._fts: bool | None = None  # whether the full-text index exists (looked up once)
+        self._df: tuple[int, dict[str, int]] | None = None  # (max lesson row id, stem or lexeme -> document frequency)
+        self._lexemes: dict[str, str] = {}  # PostgreSQL: query word -> its lexeme ('' for a stop word)
         super().__init__(url)
 
     def has_fts(self) -> bool:
-        """Whether the FTS5 index ``lessons_fts`` exists (SQLite with revision 0003)."""
+        """Whether the database has a full-text index of lessons: FTS5 ``lessons_fts`` on SQLite
+        (revision 0003), ``lessons.search_vector`` on PostgreSQL (revision 0011)."""
         if self._fts is None:
             with self.read() as s:
-                self._fts = bool(
-                    self.is_sqlite
-                    and s.execute(sql_text("SELECT 1 FROM sqlite_master WHERE type='table' AND name='lessons_fts'")).first()
-                )
+                if self.is_sqlite:
+                    probe = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='lessons_fts'"
+                elif self.is_postgres:
+                    probe = (
+                        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+                        "AND table_name = 'lessons' AND column_name = 'search_vector'"
+                    )
+                else:
+                    probe = ""
+                self._fts = bool(probe and s.execute(sql_text(probe)).first())
         return self._fts
 
     def search_lessons(
@@ -92,24 +113,31 @@ class SearchRepository(Repository):
         terms = [t for t in dict.fromkeys(terms) if t]
         if not terms or not self.has_fts():
             return []
-        if max_terms is not None:
-            terms = self._selective_terms(terms, max_terms)
-            if not terms:
-                return []
-        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        sql = (
-            "SELECT l.id AS id, -bm25(lessons_fts) AS relevance FROM lessons_fts "
-            "JOIN lessons AS l ON l.id = lessons_fts.rowid WHERE lessons_fts MATCH :match"
-        )
-        params: dict[str, Any] = {"match": match, "limit": int(limit)}
+        params: dict[str, Any] = {"limit": int(limit)}
+        filters = ""
         if family is not None:
-            sql += " AND l.scope IN (:family, :global_scope)"
+            filters += " AND l.scope IN (:family, :global_scope)"
             params.update(family=normalise_scope(family), global_scope=GLOBAL_SCOPE)
         if statuses is not None:
             names = [f":st{i}" for i in range(len(statuses))]
-            sql += f" AND l.status IN ({', '.join(names)})"
+            filters += f" AND l.status IN ({', '.join(names)})"
             params.update({f"st{i}": st for i, st in enumerate(statuses)})
-        sql += " ORDER BY bm25(lessons_fts) LIMIT :limit"
+        if self.is_postgres:
+            sql = self._postgres_search(terms, max_terms, params)
+            if sql is None:
+                return []
+            sql = sql.format(filters=filters)
+        else:
+            if max_terms is not None:
+                terms = self._selective_terms(terms, max_terms)
+                if not terms:
+                    return []
+            params["match"] = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+            sql = (
+                "SELECT l.id AS id, -bm25(lessons_fts) AS relevance FROM lessons_fts "
+                f"JOIN lessons AS l ON l.id = lessons_fts.rowid WHERE lessons_fts MATCH :match{filters} "
+                "ORDER BY bm25(lessons_fts) LIMIT :limit"
+            )
         with self.read() as s:
             hits = s.execute(sql_text(sql), params).all()
             if not hits:
@@ -132,8 +160,9 @@ class SearchRepository(Repository):
             limit: at most this many lessons.
 
         Returns:
-            By BM25 with FTS5 (porter stemming, prefixes); without the index (not SQLite, or
-            an index not built), lessons whose lower-cased text contains every word, newest first.
+            By BM25 with FTS5 (porter stemming, prefixes); elsewhere (PostgreSQL, whose
+            lexemes are stems and so no prefix of a half-typed word, or an index not built),
+            lessons whose lower-cased text contains every word, newest first.
             Empty when ``words`` is empty.
         """
         words = [w for w in words if w]
@@ -147,7 +176,7 @@ class SearchRepository(Repository):
         if family is not None:
             filt += " AND l.scope = :family"
             params["family"] = family
-        if self.has_fts():
+        if self.has_fts() and self.is_sqlite:
             params["match"] = " AND ".join('"' + w.replace('"', '""') + '"*' for w in words)
             sql = (
                 "SELECT l.id AS id FROM lessons_fts JOIN lessons AS l ON l.id = lessons_fts.rowid "
@@ -184,3 +213,76 @@ class SearchRepository(Repository):
             ((df.get(stem, 0), i, word) for i, (word, stem) in enumerate(zip(terms, stems))),
         )
         return [word for d, _, word in scored if 0 < d <= n / 2][:max_terms]
+
+    # ----------------------------------------------------------------- PostgreSQL
+
+    def _postgres_search(self, terms: list[str], max_terms: int | None, params: dict[str, Any]) -> str | None:
+        """The PostgreSQL search query for ``terms`` (a template with ``{filters}``), its parameters put in ``params``.
+
+        Each term becomes its ``english`` lexeme (stop words drop out); with ``max_terms`` a
+        large library keeps its rarest lexemes as :meth:`_selective_terms` does. Relevance is
+        ``Σ idf(lexeme) · ts_rank_cd(search_vector, lexeme, 1)`` over the lexemes a lesson
+        matches. None when no lexeme is left.
+        """
+        lexemes = [lx for lx in dict.fromkeys(self._postgres_lexemes(terms)) if lx]
+        if not lexemes:
+            return None
+        top, df = self._postgres_df()
+        if max_terms is not None and top > PRUNE_ABOVE:
+            ranked = sorted((df.get(lx, 0), i, lx) for i, lx in enumerate(lexemes))
+            lexemes = [lx for d, _, lx in ranked if 0 < d <= top / 2][:max_terms]
+            if not lexemes:
+                return None
+        n = max(top, 1)
+        parts = []
+        for i, lx in enumerate(lexemes):
+            d = df.get(lx, 0)
+            params[f"q{i}"] = _tsquery_lexeme(lx)
+            params[f"w{i}"] = math.log(1.0 + (n - d + 0.5) / (d + 0.5))
+            parts.append(f"CAST(:w{i} AS float8) * ts_rank_cd(l.search_vector, CAST(:q{i} AS tsquery), 1)")
+        params["qall"] = " | ".join(_tsquery_lexeme(lx) for lx in lexemes)
+        return (
+            f"SELECT l.id AS id, ({' + '.join(parts)}) AS relevance FROM lessons AS l "
+            "WHERE l.search_vector @@ CAST(:qall AS tsquery){filters} ORDER BY relevance DESC, l.id LIMIT :limit"
+        )
+
+    def _postgres_lexemes(self, terms: Sequence[str]) -> list[str]:
+        """Each term's lexeme under :data:`PG_SEARCH_CONFIG` ('' for a stop word), asked of the server once per word."""
+        missing = [t for t in dict.fromkeys(terms) if t not in self._lexemes]
+        if missing:
+            with self.read() as s:
+                rows = s.execute(
+                    sql_text(
+                        "SELECT w, COALESCE((tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), w)))[1], '') "
+                        "FROM unnest(CAST(:words AS text[])) AS w"
+                    ),
+                    {"cfg": PG_SEARCH_CONFIG, "words": missing},
+                ).all()
+            if len(self._lexemes) > 65536:
+                self._lexemes.clear()
+            self._lexemes.update({w: lx for w, lx in rows})
+        return [self._lexemes.get(t, "") for t in terms]
+
+    def _postgres_df(self) -> tuple[int, dict[str, int]]:
+        """``(max lesson row id, lexeme -> document frequency)`` from ``ts_stat`` over the library.
+
+        ``ts_stat`` reads every lesson's vector, so in a large library (over
+        :data:`PRUNE_ABOVE` lessons) the counts are kept and read again only once the library
+        grew by :data:`PG_STATS_STALE` (IDF weights and pruning need proportions, not exact
+        counts); a small one is recounted whenever a lesson was added.
+        """
+        with self.read() as s:
+            top = int(s.scalar(select(func.max(LessonRow.id))) or 0)
+            cached = self._df
+            stale = cached is None or top < cached[0] or (
+                top != cached[0] and (top <= PRUNE_ABOVE or top - cached[0] > PG_STATS_STALE * cached[0])
+            )
+            if stale:
+                rows = s.execute(sql_text("SELECT word, ndoc FROM ts_stat('SELECT search_vector FROM lessons')")).all()
+                cached = self._df = (top, {w: int(d) for w, d in rows})
+        return cached
+
+
+def _tsquery_lexeme(lexeme: str) -> str:
+    """A lexeme as a ``tsquery`` operand, quoted so its characters are taken literally (no re-stemming)."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"

@@ -17,8 +17,9 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(db_path: Path) -> Iterator[LessonStore]:
-    """A fresh, empty lesson library at ``db_path``, closed after the test."""
-    st = LessonStore(str(db_path))
+def store(library_url: str) -> Iterator[LessonStore]:
+    """A fresh, empty lesson library, closed after the test: at ``db_path`` on SQLite, or a new
+    PostgreSQL database (tests/conftest.py runs each test on both)."""
+    st = LessonStore(library_url)
     yield st
     st.close()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from lesson_texts import DISTINCT_LESSONS
+from sqlalchemy import text as sql_text
 
 from lessons.library.curation import CurationError, CurationPolicy, Provenance
 from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
@@ -19,8 +20,8 @@ def words(text: str) -> int:
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    st = LessonStore(str(tmp_path / "arena.db"))
+def store(library_url: str):
+    st = LessonStore(library_url)
     st.count_tokens = words
     yield st
     st.close()
@@ -235,8 +236,8 @@ def test_edit_and_merge_are_checked_against_the_budget(store: LessonStore) -> No
 def test_stale_candidates_are_evicted_to_make_room_with_a_reason(store: LessonStore) -> None:
     store.curation_policy = CurationPolicy(library_tokens=15, evict_after_uses=3)
     a, b = add(store, DISTINCT_LESSONS[0]), add(store, DISTINCT_LESSONS[1])
-    with sqlite3.connect(store.sqlite_path) as conn:
-        conn.execute("UPDATE lessons SET times_in_context = 5 WHERE lesson_id = ?", (a,))
+    with store.write() as s, s.begin():  # on either backend
+        s.execute(sql_text("UPDATE lessons SET times_in_context = 5 WHERE lesson_id = :a"), {"a": a})
     new = add(store, DISTINCT_LESSONS[2])
     assert store.get_lesson(a).status == "retired" and store.get_lesson(b).status == "candidate"
     ev = store.lesson_events(a)[-1]

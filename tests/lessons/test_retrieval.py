@@ -23,8 +23,8 @@ def words(text: str) -> int:
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    st = LessonStore(str(tmp_path / "arena.db"))
+def store(library_url: str):
+    st = LessonStore(library_url)
     st.count_tokens = words
     yield st
     st.close()
@@ -151,7 +151,7 @@ def test_user_search_finds_words_common_to_most_lessons(store: LessonStore) -> N
     assert [les.text for les, _ in store.search_lessons(query_terms("先计算括号里的数"), None, statuses=None)] == ["先计算括号里的数。"]
 
 
-def test_the_prior_query_reads_its_index_in_order_without_sorting(store: LessonStore, tmp_path: Path) -> None:
+def test_the_prior_query_reads_its_index_in_order_without_sorting(store: LessonStore, db_path: Path) -> None:
     """``top_lessons`` stops after ``limit`` index rows: no temporary B-tree for ``ORDER BY rank_score DESC, id``.
 
     With the index of revision 0003 (``scope, rank_score``) SQLite sorted every lesson tied at the top
@@ -177,7 +177,7 @@ def test_the_prior_query_reads_its_index_in_order_without_sorting(store: LessonS
         event.remove(Engine, "before_cursor_execute", capture)
     assert [les.lesson_id for les in top] == [ids[1], ids[3], ids[5]]  # the voted ones, ties broken by id
     assert len(seen) == 2  # one query per scope (the family, then global)
-    with sqlite3.connect(tmp_path / "arena.db") as conn:
+    with sqlite3.connect(db_path) as conn:  # db_path: this test runs on SQLite only
         for statement, params in seen:
             plan = " | ".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + statement, params))
             assert "ix_lessons_scope_rank_id" in plan and "TEMP B-TREE" not in plan, plan

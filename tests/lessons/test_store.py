@@ -113,13 +113,19 @@ def test_url_and_bare_path_open_the_same_file(store: LessonStore, db_path: Path)
         assert other.get_session("via-path") is not None
 
 
-def test_writes_that_read_first_begin_immediate(store: LessonStore) -> None:
+def test_writes_take_the_writers_lock_and_reads_do_not(store: LessonStore) -> None:
+    """SQLite: a write begins IMMEDIATE (the file's write lock), a read plain BEGIN. PostgreSQL: a write
+    takes the writers' advisory lock first thing, a read takes none."""
     statements: list[str] = []
     event.listen(store._engine, "before_cursor_execute", lambda c, cur, stmt, *a: statements.append(stmt))
     store.create_session("s", {}, 1)
+    n_write = len(statements)
     store.get_session("s")
-    begins = [s for s in statements if s.startswith("BEGIN")]
-    assert begins == ["BEGIN IMMEDIATE", "BEGIN"]
+    if store.is_sqlite:
+        assert [s for s in statements if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE", "BEGIN"]
+    else:
+        locks = [i for i, s in enumerate(statements) if "pg_advisory_xact_lock" in s]
+        assert locks == [0] and n_write > 1  # the write's first statement; the read took none
 
 
 def test_missing_directory_is_a_one_line_store_error(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ class T:
     metadata: dict = field(default_factory=dict)
 
 
-def open_store(path: Path) -> LessonStore:
+def open_store(path: Path | str) -> LessonStore:
     st = LessonStore(str(path))
     st.count_tokens = words
     return st
@@ -46,9 +46,10 @@ def record(store: LessonStore, sid: int, key: str, refl: Reflection, context: li
 
 
 @pytest.fixture
-def history(tmp_path: Path):
-    """A small hand-built history: two episodes add lessons, one edits, a person merges and retires."""
-    st = open_store(tmp_path / "src.db")
+def history(library_url: str):
+    """A small hand-built history: two episodes add lessons, one edits, a person merges and retires
+    (on SQLite and on PostgreSQL; the libraries it is imported into are SQLite files)."""
+    st = open_store(library_url)
     sid = st.create_session("s1", {}, 0)
     st.upsert_tasks(sid, [T("chain_sum/train/00000")])
     e1 = record(st, sid, "r001-a", Reflection(add=[AddOp(text=DISTINCT_LESSONS[0], scope="chain_sum")]), [])

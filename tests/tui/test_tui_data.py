@@ -15,8 +15,16 @@ from lessons.library.store import LessonStore
 
 
 @pytest.fixture
-def data(fx: Path):
-    d = ArenaData(open_store(fx))
+def fx_url(library_url: str, request: pytest.FixtureRequest) -> str:
+    """The fixture library on the test's backend: ``fx`` on SQLite, built anew on PostgreSQL."""
+    if library_url.startswith("postgresql"):
+        return tui_fixture.build(library_url)
+    return str(request.getfixturevalue("fx"))
+
+
+@pytest.fixture
+def data(fx_url: str):
+    d = ArenaData(open_store(fx_url))
     yield d
     d.store.close()
 

@@ -75,8 +75,8 @@ def _at(minutes: int) -> datetime:
     return T0 + timedelta(minutes=minutes)
 
 
-def build(path: Path) -> Path:
-    """Write the fixture library at ``path`` (a new SQLite file) and return ``path``."""
+def build(path: Path | str) -> Path | str:
+    """Write the fixture library at ``path`` (a new SQLite file, or the URL of an empty library) and return ``path``."""
     with LessonStore(str(path)) as store:
         sid = store.create_session("run-alpha", {"families": ["chain_sum"], "rounds": 2, "rollouts": 4}, seed=0)
         store.upsert_tasks(sid, TASKS)
@@ -128,25 +128,37 @@ def build(path: Path) -> Path:
     return path
 
 
-def pin_timestamps(path: Path) -> None:
-    """Replace every wall-clock timestamp with T0 + k minutes, in write order."""
-    fmt = "%Y-%m-%d %H:%M:%S.000000"
-    with sqlite3.connect(path) as conn:
-        # sessions: alpha at T0 (finished T0+10), beta at T0+20
-        for sid, start, fin in ((1, 0, 10), (2, 20, None)):
-            conn.execute(
-                "UPDATE sessions SET created_at = ?, finished_at = ? WHERE id = ?",
-                (_at(start).strftime(fmt), _at(fin).strftime(fmt) if fin is not None else None, sid),
-            )
-        conn.execute("UPDATE evaluations SET created_at = ?", (_at(7).strftime(fmt),))
-        conn.execute("UPDATE hints SET created_at = ?", (_at(3).strftime(fmt),))
-        # events: the ones of episode e at T0 + 2e minutes; by-hand ones at T0+30, +31, ...
-        for (eid, ep) in conn.execute("SELECT id, episode_id FROM lesson_events ORDER BY id").fetchall():
-            at = _at(2 * ep) if ep is not None else _at(30 + eid)
-            conn.execute("UPDATE lesson_events SET created_at = ? WHERE id = ?", (at.strftime(fmt), eid))
-        for (lid,) in conn.execute("SELECT id FROM lessons").fetchall():
-            first = conn.execute("SELECT min(created_at), max(created_at) FROM lesson_events WHERE lesson_id = ?", (lid,)).fetchone()
-            conn.execute("UPDATE lessons SET created_at = ?, updated_at = ? WHERE id = ?", (first[0], first[1], lid))
+def pin_timestamps(path: Path | str) -> None:
+    """Replace every wall-clock timestamp with T0 + k minutes, in write order (through SQLAlchemy: either backend)."""
+    from sqlalchemy import create_engine, func, select, update
+
+    from lessons.db.engine import parse_url
+    from lessons.db.schema import Base
+
+    t = Base.metadata.tables
+    sessions, evaluations, hints, events, lessons = (t[n] for n in ("sessions", "evaluations", "hints", "lesson_events", "lessons"))
+    engine = create_engine(parse_url(path))
+    try:
+        with engine.begin() as conn:
+            # sessions: alpha at T0 (finished T0+10), beta at T0+20
+            for sid, start, fin in ((1, 0, 10), (2, 20, None)):
+                conn.execute(
+                    update(sessions).where(sessions.c.id == sid)
+                    .values(created_at=_at(start), finished_at=_at(fin) if fin is not None else None)
+                )
+            conn.execute(update(evaluations).values(created_at=_at(7)))
+            conn.execute(update(hints).values(created_at=_at(3)))
+            # events: the ones of episode e at T0 + 2e minutes; by-hand ones at T0+30, +31, ...
+            for eid, ep in conn.execute(select(events.c.id, events.c.episode_id).order_by(events.c.id)).all():
+                at = _at(2 * ep) if ep is not None else _at(30 + eid)
+                conn.execute(update(events).where(events.c.id == eid).values(created_at=at))
+            for (lid,) in conn.execute(select(lessons.c.id)).all():
+                first, last = conn.execute(
+                    select(func.min(events.c.created_at), func.max(events.c.created_at)).where(events.c.lesson_id == lid)
+                ).one()
+                conn.execute(update(lessons).where(lessons.c.id == lid).values(created_at=first, updated_at=last))
+    finally:
+        engine.dispose()
 
 
 def add_adapter_tables(path: Path, with_rows: bool = True) -> None:
