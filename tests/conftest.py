@@ -147,10 +147,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     A test that also asks for ``db_path`` or ``fx`` (the TUI's fixture file) reads the
     SQLite file itself (pragmas, sqlite3 counts), so it runs on SQLite only.
     """
-    if "library_url" in metafunc.fixturenames:
-        sqlite_only = {"db_path", "fx"} & set(metafunc.fixturenames)
-        backends = ("sqlite",) if sqlite_only else LIBRARY_BACKENDS
-        metafunc.parametrize("library_url", backends, indirect=True)
+    sqlite_only = {"db_path", "fx"} & set(metafunc.fixturenames)
+    for name in ("library_url", "empty_library_url"):
+        if name in metafunc.fixturenames:
+            metafunc.parametrize(name, ("sqlite",) if sqlite_only else LIBRARY_BACKENDS, indirect=True)
 
 
 def _admin_url() -> str | None:
@@ -238,3 +238,15 @@ def library_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "postgresql":
         return request.getfixturevalue("postgres_url")
     return str(tmp_path / "arena.db")
+
+
+@pytest.fixture
+def empty_library_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """The SQLAlchemy URL of an empty database, no schema revision yet: a SQLite file or a PostgreSQL database."""
+    if request.param == "postgresql":
+        server = request.getfixturevalue("postgres_server")
+        name, url = server.create(migrated=False)
+        yield url
+        server.drop(name)
+    else:
+        yield f"sqlite:///{tmp_path / 'empty.db'}"

@@ -31,44 +31,49 @@ def one_line_error(proc: subprocess.CompletedProcess, fragment: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("arena: error: ") and fragment in lines[0], proc.stderr
 
 
-def test_manual_curation_round_trip(tmp_path: Path) -> None:
-    out = ok(arena("lessons", "add", "Keep the minus sign of negative terms.", "--family", "chain_sum", "--json", *APPROX, cwd=tmp_path))
+def test_manual_curation_round_trip(tmp_path: Path, library_url: str) -> None:
+    """Every `arena lessons` command on one library: a SQLite file or a PostgreSQL database (``--db URL``)."""
+
+    def lib(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+        return arena(*args, "--db", library_url, cwd=cwd)
+
+    out = ok(lib("lessons", "add", "Keep the minus sign of negative terms.", "--family", "chain_sum", "--json", *APPROX, cwd=tmp_path))
     assert json.loads(out) == {"id": "chain_sum-00001", "duplicate": False}
-    assert ok(arena("lessons", "add", "Read the whole question before starting.", *APPROX, cwd=tmp_path)).strip() == "global-00001"
-    dup = arena("lessons", "add", "Before starting, read the whole question.", *APPROX, cwd=tmp_path)
+    assert ok(lib("lessons", "add", "Read the whole question before starting.", *APPROX, cwd=tmp_path)).strip() == "global-00001"
+    dup = lib("lessons", "add", "Before starting, read the whole question.", *APPROX, cwd=tmp_path)
     assert ok(dup).strip() == "global-00001" and "near-duplicate" in dup.stderr
 
-    rows = json.loads(ok(arena("lessons", "list", "--json", cwd=tmp_path)))
+    rows = json.loads(ok(lib("lessons", "list", "--json", cwd=tmp_path)))
     assert [r["id"] for r in rows] == ["chain_sum-00001", "global-00001"]
     assert {k: rows[1][k] for k in ("text", "status", "family", "helpful", "harmful")} == {
         "text": "Read the whole question before starting.", "status": "active", "family": "global", "helpful": 1, "harmful": 0,
     }  # fmt: skip
-    assert json.loads(ok(arena("lessons", "list", "--family", "chain_sum", "--json", cwd=tmp_path)))[0]["id"] == "chain_sum-00001"
+    assert json.loads(ok(lib("lessons", "list", "--family", "chain_sum", "--json", cwd=tmp_path)))[0]["id"] == "chain_sum-00001"
 
-    ok(arena("lessons", "edit", "chain_sum-00001", "--text", "Keep the minus sign of every negative term.", *APPROX, cwd=tmp_path))
-    ok(arena("lessons", "upvote", "chain_sum-00001", cwd=tmp_path))
-    ok(arena("lessons", "downvote", "global-00001", "--why", "too vague", cwd=tmp_path))
-    ok(arena("lessons", "retire", "global-00001", "--why", "replaced by a family lesson", cwd=tmp_path))
-    shown = json.loads(ok(arena("lessons", "show", "chain_sum-00001", "--json", cwd=tmp_path)))
+    ok(lib("lessons", "edit", "chain_sum-00001", "--text", "Keep the minus sign of every negative term.", *APPROX, cwd=tmp_path))
+    ok(lib("lessons", "upvote", "chain_sum-00001", cwd=tmp_path))
+    ok(lib("lessons", "downvote", "global-00001", "--why", "too vague", cwd=tmp_path))
+    ok(lib("lessons", "retire", "global-00001", "--why", "replaced by a family lesson", cwd=tmp_path))
+    shown = json.loads(ok(lib("lessons", "show", "chain_sum-00001", "--json", cwd=tmp_path)))
     assert [h["op"] for h in shown["history"]] == ["ADD", "EDIT", "UPVOTE"]
     assert shown["history"][1]["before"] == "Keep the minus sign of negative terms."
     assert shown["history"][1]["after"] == "Keep the minus sign of every negative term."
     assert all(h["at"] and h["origin"]["by"] == "cli" for h in shown["history"])
-    retired = json.loads(ok(arena("lessons", "show", "global-00001", "--json", cwd=tmp_path)))
+    retired = json.loads(ok(lib("lessons", "show", "global-00001", "--json", cwd=tmp_path)))
     assert retired["status"] == "retired" and retired["history"][-1]["rationale"] == "replaced by a family lesson"
 
-    hits = json.loads(ok(arena("lessons", "search", "negative term sign", "--json", cwd=tmp_path)))
+    hits = json.loads(ok(lib("lessons", "search", "negative term sign", "--json", cwd=tmp_path)))
     assert hits[0]["id"] == "chain_sum-00001"
-    assert "chain_sum-00001" in ok(arena("lessons", "search", "minus", cwd=tmp_path))
+    assert "chain_sum-00001" in ok(lib("lessons", "search", "minus", cwd=tmp_path))
 
-    ok(arena("lessons", "export", "out.jsonl", cwd=tmp_path))
+    ok(lib("lessons", "export", "out.jsonl", cwd=tmp_path))
     first = json.loads(ok(arena("lessons", "import", "out.jsonl", "--db", "other.db", "--json", *APPROX, cwd=tmp_path)))
     again = json.loads(ok(arena("lessons", "import", "out.jsonl", "--db", "other.db", "--json", *APPROX, cwd=tmp_path)))
     assert first["imported"] == ["chain_sum-00001", "global-00001"] and again["imported"] == []
 
-    dot = ok(arena("lessons", "graph", "--format", "dot", cwd=tmp_path))
+    dot = ok(lib("lessons", "graph", "--format", "dot", cwd=tmp_path))
     assert dot.startswith("digraph")
-    ok(arena("lessons", "graph", "--format", "graphml", "--lesson", "chain_sum-00001", "-o", "g.graphml", cwd=tmp_path))
+    ok(lib("lessons", "graph", "--format", "graphml", "--lesson", "chain_sum-00001", "-o", "g.graphml", cwd=tmp_path))
     assert (tmp_path / "g.graphml").read_text().startswith("<?xml")
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
+import sys
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -12,9 +14,11 @@ from typing import Any
 
 import pytest
 from lesson_texts import DISTINCT_LESSONS
-from sqlalchemy import event, select
+from sqlalchemy import create_engine, event, select
+from sqlalchemy import text as sql_text
 
 from lessons.db.schema import EpisodeRow
+from lessons.library.curation import Provenance
 from lessons.library.store import (
     EpisodeRecord,
     LessonStore,
@@ -569,3 +573,46 @@ def test_concurrent_writers_serialise(store: LessonStore, sid: int, db_path: Pat
     assert errors == []
     ids = sorted(lesson.lesson_id for lesson in store.list_lessons())
     assert ids == [f"chain_sum-{n:05d}" for n in range(1, 21)]
+
+
+# --------------------------------------------------------------------------- PostgreSQL: bad input
+
+
+def _closed_loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the socket is
+
+
+def test_an_unreachable_postgres_server_is_a_one_line_store_error() -> None:
+    url = f"postgresql://arena:secret@127.0.0.1:{_closed_loopback_port()}/library"
+    with pytest.raises(StoreError) as err:
+        LessonStore(url)
+    msg = str(err.value)
+    assert msg.startswith(f"cannot open database postgresql+psycopg://arena:***@127.0.0.1:{url.rsplit(':', 1)[1].split('/')[0]}/library: ")
+    assert "Connection refused" in msg and "secret" not in msg and "\n" not in msg
+
+
+def test_a_postgres_url_without_the_driver_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError, as when it is not installed
+    with pytest.raises(StoreError) as err:
+        LessonStore("postgresql://arena@127.0.0.1:5432/library")
+    msg = str(err.value)
+    assert msg.startswith("cannot open database postgresql+psycopg://arena@127.0.0.1:5432/library: ")
+    assert "pip install 'lesson-arena[postgres]'" in msg and "\n" not in msg
+
+
+def test_a_postgres_library_of_a_newer_schema_is_refused_and_kept(postgres_url: str) -> None:
+    with LessonStore(postgres_url) as st, st.curate() as c:
+        c.add("Keep the minus sign of negative terms.", "chain_sum", "", Provenance(origin={"by": "cli"}))
+    engine = create_engine(postgres_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sql_text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
+        with pytest.raises(StoreError, match="9999_from_the_future") as err:
+            LessonStore(postgres_url)
+        assert "does not know" in str(err.value) and "\n" not in str(err.value)
+        with engine.connect() as conn:  # nothing stored was touched
+            assert conn.execute(sql_text("SELECT lesson_id FROM lessons")).scalars().all() == ["chain_sum-00001"]
+    finally:
+        engine.dispose()
