@@ -13,6 +13,7 @@ and what follows each curate), one round at a time through :func:`arena.session.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy.engine import make_url
 
 from agents.policy import EndpointFault, Policy
 from agents.roles.solver import solver_messages
@@ -119,11 +121,13 @@ def check_prompt_lengths(solver: Policy, tasks: Sequence[Task], cfg: SessionConf
 
 
 def checkpoint_path(store: LessonStore) -> Path:
-    """The LangGraph checkpoint file: ``<db stem>.checkpoints.sqlite`` beside a SQLite library, else in the cwd."""
+    """The LangGraph checkpoint file: ``<db stem>.checkpoints.sqlite`` beside a SQLite library; for a
+    server's library (PostgreSQL) ``<database name>.checkpoints.sqlite`` in the working directory."""
     if store.sqlite_path is not None:
         p = store.sqlite_path
         return p.with_name(p.stem + ".checkpoints.sqlite")
-    return Path("arena.checkpoints.sqlite")
+    name = re.sub(r"[^\w.-]", "_", make_url(store.url).database or "") or "arena"
+    return Path(f"{name}.checkpoints.sqlite")
 
 
 def open_session(store: LessonStore, cfg: SessionConfig, splits: TaskSplits, session_name: str, resume: bool) -> int:

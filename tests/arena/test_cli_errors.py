@@ -101,6 +101,23 @@ def test_out_of_range_and_unparsable_flags(existing_db, args, fragment):
     assert_one_line_error(arena("run", "--db", str(existing_db), *args), fragment)
 
 
+@pytest.mark.parametrize("command", [["run", "--family", "chain_sum"], ["lessons", "list"], ["report"]])
+def test_an_unreachable_postgres_library_is_one_line(command):
+    url = f"postgresql://arena:secret@127.0.0.1:{closed_port()}/library"
+    proc = arena(*command, "--db", url)
+    assert_one_line_error(proc, "cannot open database postgresql+psycopg://arena:***@127.0.0.1:", "Connection refused")
+    assert "secret" not in proc.stderr
+
+
+def test_a_postgres_url_without_its_driver_says_what_to_install(tmp_path):
+    """As when psycopg is not installed: ``import psycopg`` fails inside the CLI."""
+    shim = tmp_path / "no_psycopg"
+    (shim / "psycopg").mkdir(parents=True)
+    (shim / "psycopg" / "__init__.py").write_text("raise ImportError('No module named psycopg')\n")
+    proc = arena("lessons", "list", "--db", "postgresql://arena@127.0.0.1:5432/library", env={"PYTHONPATH": str(shim)})
+    assert_one_line_error(proc, "pip install 'lesson-arena[postgres]'")
+
+
 def test_in_memory_database_is_refused():
     assert_one_line_error(arena("run", "--db", ""), "in-memory database")
     assert_one_line_error(arena("run", "--db", "sqlite://"), "in-memory database")

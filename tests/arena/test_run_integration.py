@@ -15,6 +15,7 @@ from agents.roles.solver import SOLVER_SYSTEM
 from arena.tasks.extract import extract_answer
 from arena.tasks.sources import load_tasks
 from arena.tasks.verify import score
+from lessons.db.engine import parse_url
 from lessons.db.schema import EpisodeRow, RolloutRow, TaskRow
 from lessons.text import contains_token
 
@@ -23,11 +24,12 @@ pytestmark = pytest.mark.slow
 FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=1"
 
 
-def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path):
-    db = tmp_path / "arena.db"
-    args = ["run", "--db", str(db), "--family", FAMILY, "--train-tasks", "2", "--heldout-tasks", "4",
+def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path, library_url):
+    """On a SQLite file and on a PostgreSQL database (``--db postgresql://…``)."""
+    db = library_url
+    args = ["run", "--db", db, "--family", FAMILY, "--train-tasks", "2", "--heldout-tasks", "4",
             "--rounds", "1", "--rollouts", "3", "--max-tokens", "32", "--seed", "3", "--session", "tiny", "--json"]
-    proc = subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     # 2 groups of 3, plus 3 guided re-attempts for each all-fail group (how many depends on the sampled rollouts)
@@ -39,7 +41,7 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path):
     assert summary["lessons_active"] + summary["lessons_candidate"] + summary["lessons_retired"] >= summary["lessons_added"] >= 0
 
     tasks = {t.task_key: t for t in load_tasks([FAMILY], None, 2, 4, 3).train}
-    engine = create_engine(f"sqlite:///{db}")
+    engine = create_engine(parse_url(db))
     with Session(engine) as s:
         rows = s.execute(
             select(RolloutRow, TaskRow.task_key).join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
