@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import Session, aliased
 
 from lessons.db.schema import LessonEventRow, LessonRow, LessonUtilityRow
 from lessons.library.curation import Curator, approx_tokens
@@ -55,6 +55,25 @@ def lesson_info(row: Any) -> LessonInfo:
         rank_score=row.rank_score or 0.0,
         updated_at=row.updated_at,
     )
+
+
+def top_lesson_rows(s: Session, family: str | None, limit: int, statuses: Sequence[str] = RETRIEVABLE_STATUSES) -> list[LessonInfo]:
+    """The ``limit`` lessons of a family (and global) with the highest ``rank_score``, read in session ``s``.
+
+    Ties by row id. One indexed query per scope (index ``ix_lessons_scope_rank_id``, in the
+    query's order, so each stops after ``limit`` rows), merged; ``family`` None: every scope
+    in one query.
+    """
+    t = LESSONS_TABLE.c
+    if family is None:
+        q = select(LESSONS_TABLE).where(t.status.in_(statuses)).order_by(t.rank_score.desc(), t.id).limit(limit)
+        return [lesson_info(m) for m in s.execute(q).mappings()]
+    rows: list[Any] = []
+    for scope in dict.fromkeys([normalise_scope(family), GLOBAL_SCOPE]):
+        q = select(LESSONS_TABLE).where(t.scope == scope, t.status.in_(statuses)).order_by(t.rank_score.desc(), t.id).limit(limit)
+        rows += s.execute(q).mappings().all()
+    rows.sort(key=lambda m: (-m["rank_score"], m["id"]))
+    return [lesson_info(m) for m in rows[:limit]]
 
 
 class LessonRepository(Repository):
@@ -112,25 +131,10 @@ class LessonRepository(Repository):
     def top_lessons(self, family: str | None, limit: int, statuses: Sequence[str] = RETRIEVABLE_STATUSES) -> list[LessonInfo]:
         """The ``limit`` lessons of a family (and global) with the highest ``rank_score``.
 
-        One indexed query per scope (index ``ix_lessons_scope_rank_id``, in the query's order), merged; None: every
-        scope in one query.
+        See :func:`top_lesson_rows`.
         """
-        t = LESSONS_TABLE.c
         with self.read() as s:
-            if family is None:
-                q = select(LESSONS_TABLE).where(t.status.in_(statuses)).order_by(t.rank_score.desc(), t.id).limit(limit)
-                return [lesson_info(m) for m in s.execute(q).mappings()]
-            rows: list[Any] = []
-            for scope in dict.fromkeys([normalise_scope(family), GLOBAL_SCOPE]):
-                q = (
-                    select(LESSONS_TABLE)
-                    .where(t.scope == scope, t.status.in_(statuses))
-                    .order_by(t.rank_score.desc(), t.id)
-                    .limit(limit)
-                )
-                rows += s.execute(q).mappings().all()
-            rows.sort(key=lambda m: (-m["rank_score"], m["id"]))
-            return [lesson_info(m) for m in rows[:limit]]
+            return top_lesson_rows(s, family, limit, statuses)
 
     def library_tokens_used(self) -> int:
         """Solver tokens held by the live lessons (uncounted ones estimated with :attr:`count_tokens`)."""

@@ -127,9 +127,9 @@ def rank_lessons(
     family = normalise_scope(family) if family is not None else None
     statuses = {"statuses": ("active",)} if active_only else {}
     if store.has_fts():
-        hits = store.search_lessons(query_terms(task_text), family, limit=pool, max_terms=MAX_SEARCH_TERMS, **statuses)
+        hits, top = store.retrieval_pool(query_terms(task_text), family, pool, MAX_SEARCH_TERMS, **statuses)
         by_id: dict[str, tuple[LessonInfo, float]] = {les.lesson_id: (les, rel) for les, rel in hits}
-        for les in store.top_lessons(family, pool, **statuses):
+        for les in top:
             by_id.setdefault(les.lesson_id, (les, 0.0))
         pairs = list(by_id.values())
     else:

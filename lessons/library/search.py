@@ -26,11 +26,12 @@ from functools import lru_cache
 from typing import Any
 
 import snowballstemmer
-from sqlalchemy import func, select
+from sqlalchemy import Float, column, func, select
 from sqlalchemy import text as sql_text
+from sqlalchemy.orm import Session
 
 from lessons.db.schema import LessonRow
-from lessons.library.lessons import LESSONS_TABLE, lesson_info
+from lessons.library.lessons import LESSONS_TABLE, lesson_info, top_lesson_rows
 from lessons.library.records import LessonInfo
 from lessons.library.repository import Repository
 from lessons.ops import GLOBAL_SCOPE, normalise_scope
@@ -40,6 +41,7 @@ _PORTER = snowballstemmer.stemmer("porter")  # the stemmer of FTS5's "porter" to
 
 PRUNE_ABOVE = 2000  # lessons (by row id) above which retrieval prunes query terms by IDF
 PG_SEARCH_CONFIG = "english"  # the text search configuration of lessons.search_vector (revision 0011)
+_LESSON_COLUMNS = ", ".join(f"l.{c.name}" for c in LESSONS_TABLE.c)  # the columns lesson_info reads, in table order
 PG_STATS_STALE = 0.01  # PostgreSQL: recount document frequencies once the library grew by this fraction
 
 
@@ -110,6 +112,40 @@ class SearchRepository(Repository):
             ``(lesson, relevance)`` pairs, relevance = −bm25 > 0, larger is better. Empty
             when no term is given or the database has no FTS index (see :meth:`has_fts`).
         """
+        with self.read() as s:
+            return self._search(s, terms, family, statuses, limit, max_terms)
+
+    def retrieval_pool(
+        self,
+        terms: Sequence[str],
+        family: str | None,
+        pool: int,
+        max_terms: int | None,
+        statuses: Sequence[str] = RETRIEVABLE_STATUSES,
+    ) -> tuple[list[tuple[LessonInfo, float]], list[LessonInfo]]:
+        """Retrieval's two candidate lists in one read transaction (one snapshot, fewer round trips to a server).
+
+        Args:
+            terms, family, max_terms, statuses: as for :meth:`search_lessons`.
+            pool: how many lessons each list holds at most.
+
+        Returns:
+            ``(search hits, best by rank_score)``: :meth:`search_lessons` and
+            :meth:`lessons.library.lessons.LessonRepository.top_lessons`, read together.
+        """
+        with self.read() as s:
+            return self._search(s, terms, family, statuses, pool, max_terms), top_lesson_rows(s, family, pool, statuses)
+
+    def _search(
+        self,
+        s: Session,
+        terms: Sequence[str],
+        family: str | None,
+        statuses: Sequence[str] | None,
+        limit: int,
+        max_terms: int | None,
+    ) -> list[tuple[LessonInfo, float]]:
+        """:meth:`search_lessons` in the read session ``s``: one statement returns the lessons and their relevance."""
         terms = [t for t in dict.fromkeys(terms) if t]
         if not terms or not self.has_fts():
             return []
@@ -123,27 +159,23 @@ class SearchRepository(Repository):
             filters += f" AND l.status IN ({', '.join(names)})"
             params.update({f"st{i}": st for i, st in enumerate(statuses)})
         if self.is_postgres:
-            sql = self._postgres_search(terms, max_terms, params)
+            sql = self._postgres_search(s, terms, max_terms, params)
             if sql is None:
                 return []
-            sql = sql.format(filters=filters)
+            sql = sql.format(columns=_LESSON_COLUMNS, filters=filters)
         else:
             if max_terms is not None:
-                terms = self._selective_terms(terms, max_terms)
+                terms = self._selective_terms(s, terms, max_terms)
                 if not terms:
                     return []
             params["match"] = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
             sql = (
-                "SELECT l.id AS id, -bm25(lessons_fts) AS relevance FROM lessons_fts "
+                f"SELECT {_LESSON_COLUMNS}, -bm25(lessons_fts) AS relevance FROM lessons_fts "
                 f"JOIN lessons AS l ON l.id = lessons_fts.rowid WHERE lessons_fts MATCH :match{filters} "
                 "ORDER BY bm25(lessons_fts) LIMIT :limit"
             )
-        with self.read() as s:
-            hits = s.execute(sql_text(sql), params).all()
-            if not hits:
-                return []
-            rows = {m["id"]: m for m in s.execute(select(LESSONS_TABLE).where(LESSONS_TABLE.c.id.in_([h.id for h in hits]))).mappings()}
-            return [(lesson_info(rows[h.id]), float(h.relevance)) for h in hits]
+        stmt = sql_text(sql).columns(*LESSONS_TABLE.c, column("relevance", Float))  # typed: timestamps as UTC datetimes
+        return [(lesson_info(m), float(m["relevance"])) for m in s.execute(stmt, params).mappings()]
 
     def search_every_word(
         self, words: Sequence[str], status: str | None = None, family: str | None = None, limit: int = 200
@@ -195,17 +227,16 @@ class SearchRepository(Repository):
             rows = {m["id"]: m for m in s.execute(select(LESSONS_TABLE).where(LESSONS_TABLE.c.id.in_(ids))).mappings()}
             return [lesson_info(rows[i]) for i in ids]
 
-    def _selective_terms(self, terms: list[str], max_terms: int) -> list[str]:
-        """The query words worth searching (see :meth:`search_lessons`), rarest first."""
+    def _selective_terms(self, s: Session, terms: list[str], max_terms: int) -> list[str]:
+        """The query words worth searching (see :meth:`search_lessons`), rarest first; ``s`` a read session."""
         if not terms or not self.has_fts():
             return []
-        with self.read() as s:
-            top = s.scalar(select(func.max(LessonRow.id))) or 0
-            if top <= PRUNE_ABOVE:  # small library: every term, matching is cheap
-                return terms
-            if self._df is None or self._df[0] != top:  # new lessons since: reload (edits may lag; harmless)
-                rows = s.execute(sql_text("SELECT term, doc FROM lessons_fts_vocab")).all()
-                self._df = (top, {t: int(d) for t, d in rows})
+        top = s.scalar(select(func.max(LessonRow.id))) or 0
+        if top <= PRUNE_ABOVE:  # small library: every term, matching is cheap
+            return terms
+        if self._df is None or self._df[0] != top:  # new lessons since: reload (edits may lag; harmless)
+            rows = s.execute(sql_text("SELECT term, doc FROM lessons_fts_vocab")).all()
+            self._df = (top, {t: int(d) for t, d in rows})
         df = self._df[1]
         n = max(top, 1)
         stems = [_porter_stem(t.lower()) for t in terms]
@@ -216,18 +247,19 @@ class SearchRepository(Repository):
 
     # ----------------------------------------------------------------- PostgreSQL
 
-    def _postgres_search(self, terms: list[str], max_terms: int | None, params: dict[str, Any]) -> str | None:
-        """The PostgreSQL search query for ``terms`` (a template with ``{filters}``), its parameters put in ``params``.
+    def _postgres_search(self, s: Session, terms: list[str], max_terms: int | None, params: dict[str, Any]) -> str | None:
+        """The PostgreSQL search query for ``terms`` (a template with ``{columns}`` and ``{filters}``), its
+        parameters put in ``params``; ``s`` a read session.
 
         Each term becomes its ``english`` lexeme (stop words drop out); with ``max_terms`` a
         large library keeps its rarest lexemes as :meth:`_selective_terms` does. Relevance is
         ``Σ idf(lexeme) · ts_rank_cd(search_vector, lexeme, 1)`` over the lexemes a lesson
         matches. None when no lexeme is left.
         """
-        lexemes = [lx for lx in dict.fromkeys(self._postgres_lexemes(terms)) if lx]
+        lexemes = [lx for lx in dict.fromkeys(self._postgres_lexemes(s, terms)) if lx]
         if not lexemes:
             return None
-        top, df = self._postgres_df()
+        top, df = self._postgres_df(s)
         if max_terms is not None and top > PRUNE_ABOVE:
             ranked = sorted((df.get(lx, 0), i, lx) for i, lx in enumerate(lexemes))
             lexemes = [lx for d, _, lx in ranked if 0 < d <= top / 2][:max_terms]
@@ -242,28 +274,27 @@ class SearchRepository(Repository):
             parts.append(f"CAST(:w{i} AS float8) * ts_rank_cd(l.search_vector, CAST(:q{i} AS tsquery), 1)")
         params["qall"] = " | ".join(_tsquery_lexeme(lx) for lx in lexemes)
         return (
-            f"SELECT l.id AS id, ({' + '.join(parts)}) AS relevance FROM lessons AS l "
+            f"SELECT {{columns}}, ({' + '.join(parts)}) AS relevance FROM lessons AS l "
             "WHERE l.search_vector @@ CAST(:qall AS tsquery){filters} ORDER BY relevance DESC, l.id LIMIT :limit"
         )
 
-    def _postgres_lexemes(self, terms: Sequence[str]) -> list[str]:
+    def _postgres_lexemes(self, s: Session, terms: Sequence[str]) -> list[str]:
         """Each term's lexeme under :data:`PG_SEARCH_CONFIG` ('' for a stop word), asked of the server once per word."""
         missing = [t for t in dict.fromkeys(terms) if t not in self._lexemes]
         if missing:
-            with self.read() as s:
-                rows = s.execute(
-                    sql_text(
-                        "SELECT w, COALESCE((tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), w)))[1], '') "
-                        "FROM unnest(CAST(:words AS text[])) AS w"
-                    ),
-                    {"cfg": PG_SEARCH_CONFIG, "words": missing},
-                ).all()
+            rows = s.execute(
+                sql_text(
+                    "SELECT w, COALESCE((tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), w)))[1], '') "
+                    "FROM unnest(CAST(:words AS text[])) AS w"
+                ),
+                {"cfg": PG_SEARCH_CONFIG, "words": missing},
+            ).all()
             if len(self._lexemes) > 65536:
                 self._lexemes.clear()
             self._lexemes.update({w: lx for w, lx in rows})
         return [self._lexemes.get(t, "") for t in terms]
 
-    def _postgres_df(self) -> tuple[int, dict[str, int]]:
+    def _postgres_df(self, s: Session) -> tuple[int, dict[str, int]]:
         """``(max lesson row id, lexeme -> document frequency)`` from ``ts_stat`` over the library.
 
         ``ts_stat`` reads every lesson's vector, so in a large library (over
@@ -271,15 +302,14 @@ class SearchRepository(Repository):
         grew by :data:`PG_STATS_STALE` (IDF weights and pruning need proportions, not exact
         counts); a small one is recounted whenever a lesson was added.
         """
-        with self.read() as s:
-            top = int(s.scalar(select(func.max(LessonRow.id))) or 0)
-            cached = self._df
-            stale = cached is None or top < cached[0] or (
-                top != cached[0] and (top <= PRUNE_ABOVE or top - cached[0] > PG_STATS_STALE * cached[0])
-            )
-            if stale:
-                rows = s.execute(sql_text("SELECT word, ndoc FROM ts_stat('SELECT search_vector FROM lessons')")).all()
-                cached = self._df = (top, {w: int(d) for w, d in rows})
+        top = int(s.scalar(select(func.max(LessonRow.id))) or 0)
+        cached = self._df
+        stale = cached is None or top < cached[0] or (
+            top != cached[0] and (top <= PRUNE_ABOVE or top - cached[0] > PG_STATS_STALE * cached[0])
+        )
+        if stale:
+            rows = s.execute(sql_text("SELECT word, ndoc FROM ts_stat('SELECT search_vector FROM lessons')")).all()
+            cached = self._df = (top, {w: int(d) for w, d in rows})
         return cached
 
 

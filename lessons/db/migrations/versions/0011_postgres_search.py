@@ -4,7 +4,7 @@ SQLite searches ``lessons_fts`` (FTS5, revision 0003). PostgreSQL gets the same 
 own full-text search (PostgreSQL docs, chapter 12): ``lessons.search_vector``, a stored
 generated column ``to_tsvector('english', text)`` (Snowball English stemmer and stop words),
 so every INSERT and UPDATE of the text keeps it current without triggers, and
-``ix_lessons_search_vector``, a GIN index over it. :class:`lessons.library.search.SearchRepository`
+``ix_lessons_search_vector``, a GIN index over it (``fastupdate = off``: see below). :class:`lessons.library.search.SearchRepository`
 ranks its matches with ``ts_rank_cd``. Neither exists on SQLite, and the models do not declare
 them (:func:`lessons.db.schema.include_name` keeps them out of autogenerate).
 
@@ -37,7 +37,9 @@ def upgrade() -> None:
         f"ALTER TABLE lessons ADD COLUMN {SEARCH_COLUMN} tsvector "
         f"GENERATED ALWAYS AS (to_tsvector('{SEARCH_CONFIG}'::regconfig, text)) STORED"
     )
-    op.execute(f"CREATE INDEX {SEARCH_INDEX} ON lessons USING gin ({SEARCH_COLUMN})")
+    # fastupdate off: a new lesson goes straight into the index instead of a pending list that every
+    # search scans linearly until VACUUM merges it (lessons are written rarely and searched per task)
+    op.execute(f"CREATE INDEX {SEARCH_INDEX} ON lessons USING gin ({SEARCH_COLUMN}) WITH (fastupdate = off)")
 
 
 def downgrade() -> None:
