@@ -3,7 +3,8 @@
 For a task of family F the pool is the live lessons (candidate and active) of F and the
 global ones, and the distilled ones unless the caller excludes them (the adapter that
 distilled them is in use): the best BM25 matches of the task text (SQLite FTS5 ``bm25()``, Robertson &
-Zaragoza's Okapi BM25, k1 = 1.2, b = 0.75) together with the best by the curation prior
+Zaragoza's Okapi BM25, k1 = 1.2, b = 0.75; on PostgreSQL IDF-weighted ``ts_rank_cd``, see
+:mod:`lessons.library.search`) together with the best by the curation prior
 ``rank_score`` (helpful − harmful + weighted measured utility), so a general lesson that
 shares no word with the task ("end with the answer tag") still competes. Each lesson of
 the pool is scored
@@ -17,7 +18,8 @@ solver's token budget. Both queries use indexes, so the
 time does not grow with the library (``bench/retrieval.py``).
 
 :func:`bm25_scan` is the same ranking by a full scan in Python: the fallback for a
-database without FTS5 (e.g. PostgreSQL) and the benchmark's baseline.
+database without a full-text index (neither SQLite's FTS5 nor PostgreSQL's ``search_vector``)
+and the benchmark's baseline.
 """
 
 from __future__ import annotations

@@ -89,6 +89,24 @@ def test_fts_and_python_scan_agree_on_the_best_match(store: LessonStore) -> None
     assert fts[0][0].lesson_id == scan[0][0].lesson_id == "chain_sum-00010"
 
 
+def test_a_rare_word_outweighs_a_common_one_matched_twice(store: LessonStore) -> None:
+    """IDF, on both backends: on PostgreSQL ``ts_rank_cd`` alone would rank the lesson with two
+    matches of "answer" (in 5 of 6 lessons) above the one matching "parentheses" (in 1)."""
+    common = [
+        "Check the answer twice: answer only after checking.",
+        "Write the answer on the last line.",
+        "Keep the answer short.",
+        "Give the answer as a whole number.",
+        "State the answer in words, then digits.",
+    ]
+    ids = [add(store, t, "chain_sum") for t in common]
+    rare = add(store, "Track parentheses with a running depth count.", "chain_sum")
+    hits = store.search_lessons(query_terms("answer the parentheses question"), "chain_sum", limit=6)
+    assert [les.lesson_id for les, _ in hits][0] == rare
+    assert {les.lesson_id for les, _ in hits} == {rare, *ids}
+    assert [r.lesson.lesson_id for r in rank_lessons(store, "chain_sum", "answer the parentheses question")][0] == rare
+
+
 def test_bm25_scan_matches_the_formula_on_a_hand_example(store: LessonStore) -> None:
     add(store, "Carry digits carefully.", "chain_sum")
     add(store, "Negative terms flip signs.", "chain_sum")

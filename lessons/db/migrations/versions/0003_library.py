@@ -3,7 +3,7 @@
 On SQLite, ``lessons_fts`` is an external-content FTS5 table over ``lessons.text`` (porter
 stemmer), kept in sync by triggers; :mod:`lessons.library.retrieval` ranks with its ``bm25()``, and
 ``lessons_fts_vocab`` (fts5vocab) gives per-term document frequencies.
-Other backends get no FTS table and retrieval falls back to BM25 in Python.
+Other backends get no FTS table (PostgreSQL gets its own index in revision 0011).
 
 A later revision that rebuilds ``lessons`` in batch mode drops these triggers with the old
 table: it must re-create them (call :func:`create_fts` again).
