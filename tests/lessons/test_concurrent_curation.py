@@ -101,14 +101,26 @@ def test_eight_processes_curating_at_once_lose_nothing(library_url: str, tmp_pat
         subprocess.Popen([sys.executable, "-c", WRITER, library_url, str(w), shared, here], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for w in range(WRITERS)
     ]
-    results = []
-    for w, proc in enumerate(writers):
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"writer {w}: {err}"
-        results.append(json.loads(out))
-    time.sleep(0.1)
-    stop.touch()
-    out, _ = reader.communicate(timeout=120)
+    results, failures = [], []
+    try:
+        for w, proc in enumerate(writers):
+            out, err = proc.communicate(timeout=600)
+            if proc.returncode != 0:
+                failures.append(f"writer {w} exited {proc.returncode}: {err[-2000:]}")
+            else:
+                results.append(json.loads(out))
+    finally:  # a failed writer must not leave the reader (or other writers) running
+        time.sleep(0.1)
+        stop.touch()
+        for proc in writers:
+            if proc.poll() is None:
+                proc.kill()
+        try:
+            out, _ = reader.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            reader.kill()
+            raise
+    assert failures == []
     assert reader.returncode == 0
     seen = json.loads(out)
 
