@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lessons.db.engine import redact_credentials
 from lessons.library.adapters import AdapterStore, TrainingRollout
 from lessons.library.records import TaskInfo
 from lessons.library.store import LessonStore
@@ -135,7 +136,7 @@ def export_rollouts(store: LessonStore, db: str, session: str, fmt: str, out: Pa
     finally:
         tmp.unlink(missing_ok=True)
     info = ExportInfo(path, sidecar, len(rows), len({_group_id(r) for r in rollouts}), sum(r.guided for r in rollouts))
-    meta = {"format": fmt, "session": session, "db": db, "rows": info.rows, "groups": info.groups, "guided": info.guided,
+    meta = {"format": fmt, "session": session, "db": redact_credentials(db), "rows": info.rows, "groups": info.groups, "guided": info.guided,
             "rollout_ids": [r.rollout_id for r in rollouts], "columns": list(rows[0]),
             "reward_function": "arena.rewards.trl_reward" if fmt == "hf" else "arena.rewards.compute_score",
             "created_at": datetime.now(UTC).isoformat()}

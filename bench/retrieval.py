@@ -95,7 +95,10 @@ def library(backend: str, n: int, admin_url: str | None) -> Iterator[str]:
         with tempfile.TemporaryDirectory() as tmp:
             yield str(Path(tmp) / "bench.db")
         return
-    import psycopg
+    try:
+        import psycopg
+    except ImportError:
+        raise ImportError("--db needs the PostgreSQL driver: pip install 'lesson-arena[postgres]'") from None
 
     assert admin_url is not None
     name = f"arena_bench_{n}"
@@ -186,4 +189,17 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from lessons.db.engine import one_line, redact_credentials
+    from lessons.library.store import StoreError
+
+    problems: tuple[type[BaseException], ...] = (StoreError, ImportError, OSError)
+    try:
+        import psycopg
+
+        problems += (psycopg.Error,)  # an unreachable server, a user who may not CREATE DATABASE
+    except ImportError:
+        pass
+    try:
+        main()
+    except problems as e:
+        sys.exit(f"retrieval.py: {redact_credentials(one_line(e))}")

@@ -80,4 +80,4 @@ def serve_cmd(
         print(json.dumps(asdict(served)))
         return
     print(f"{served.endpoint} serves {served.adapter_id} (LoRA r={served.rank}) as {served.name!r}")
-    print(f"  sample with it: OPENAI_BASE_URL={served.endpoint} arena run --solver openai:{served.name}")
+    print(f"  sample with it: OPENAI_BASE_URL={served.endpoint} arena run --solver openai:{served.name} --teacher openai:MODEL")

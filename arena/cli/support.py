@@ -27,8 +27,10 @@ def fmt_rate(x: float | None) -> str:
 
 
 def fail(message: str, code: int = EXIT_USER_ERROR) -> typer.Exit:
-    """Print ``arena: error: <message>`` as one line on stderr and return the Exit to raise."""
-    line = " ".join(str(message).split())
+    """Print ``arena: error: <message>`` as one line on stderr (URL passwords as ``***``) and return the Exit to raise."""
+    from lessons.db.engine import redact_credentials
+
+    line = redact_credentials(" ".join(str(message).split()))
     print(f"arena: error: {line}", file=sys.stderr)
     return typer.Exit(code)
 

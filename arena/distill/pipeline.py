@@ -412,14 +412,17 @@ def train_and_save(
 
 
 def fresh_out_dir(store: LessonStore, out_dir: Path | None, name: str) -> Path:
-    """The adapter directory: ``out_dir`` or ``adapters/<name>`` beside a SQLite database (else the cwd).
+    """The adapter directory: ``out_dir``, or ``adapters/<name>`` beside a SQLite database, or
+    ``adapters/<host>-<port>-<database>/<name>`` in the working directory for a server's library.
 
     Raises:
         DistillError: it exists and is not empty.
     """
     if out_dir is None:
-        root = store.sqlite_path.absolute().parent if store.sqlite_path is not None else Path.cwd()
-        out_dir = root / "adapters" / name
+        if store.sqlite_path is not None:
+            out_dir = store.sqlite_path.absolute().parent / "adapters" / name
+        else:
+            out_dir = Path.cwd() / "adapters" / store.server_slug / name
     out_dir = out_dir.expanduser().absolute()
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise DistillError(f"adapter directory {out_dir} already exists; pass another --out or remove it")

@@ -12,12 +12,14 @@ the path must be one the server can open (same machine or a shared file system).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from lessons.db.engine import one_line, redact_credentials
 from lessons.library.adapters import AdapterStore
 from lessons.library.store import LessonStore
 
@@ -44,11 +46,25 @@ def api_base(endpoint: str) -> str:
     """``http://host:port/v1`` from ``http://host:port`` or ``http://host:port/v1`` (trailing slashes ignored).
 
     Raises:
-        ServeError: not an http(s) URL.
+        ServeError: not an http(s) URL with a host and a valid port, or one with credentials,
+            a query or a fragment (an API key goes in ``OPENAI_API_KEY``).
     """
     url = endpoint.strip().rstrip("/")
+    shown = redact_credentials(endpoint)
+    example = "such as http://127.0.0.1:8000/v1"
     if not url.startswith(("http://", "https://")):
-        raise ServeError(f"--endpoint must be an http(s) URL such as http://127.0.0.1:8000/v1, not {endpoint!r}")
+        raise ServeError(f"--endpoint must be an http(s) URL {example}, not {shown!r}")
+    try:
+        parsed = httpx.URL(url)
+        port = parsed.port
+    except (httpx.InvalidURL, ValueError) as e:
+        raise ServeError(f"--endpoint {shown!r} is not a valid URL ({one_line(e)}); use one {example}") from None
+    if not parsed.host or (port is not None and not 0 < port < 65536):
+        raise ServeError(f"--endpoint {shown!r} needs a host and a port between 1 and 65535, {example}")
+    if parsed.userinfo or parsed.query or parsed.fragment:
+        raise ServeError(
+            f"--endpoint {shown!r} must have no user, password, query or fragment (put an API key in OPENAI_API_KEY)"
+        )
     return url if url.endswith("/v1") else url + "/v1"
 
 
@@ -121,11 +137,13 @@ def serve_adapter(
     if not path.is_dir():
         raise ServeError(f"adapter {adapter_id}'s directory {path} does not exist any more")
     rank = adapter_rank(path)
-    lora_name = (name or adapter_id).strip()
+    lora_name = (adapter_id if name is None else name).strip()
     if not lora_name or any(c.isspace() for c in lora_name):
         raise ServeError(f"--name must be one word without spaces, not {name!r}")
+    key = os.environ.get("OPENAI_API_KEY", "").strip()
+    headers = {"Authorization": f"Bearer {key}"} if key else {}  # vLLM's --api-key guards these endpoints too
     try:
-        with httpx.Client(timeout=timeout_s) as client:
+        with httpx.Client(timeout=timeout_s, headers=headers) as client:
             if lora_name in _models(client, base):
                 raise ServeError(f"endpoint {base} already serves a model named {lora_name!r}; pass another --name")
             resp = client.post(f"{base}/load_lora_adapter", json={"lora_name": lora_name, "lora_path": str(path.resolve())})
@@ -143,6 +161,6 @@ def serve_adapter(
                 raise ServeError(f"endpoint {base} accepted adapter {adapter_id} but does not list {lora_name!r} in /v1/models")
     except httpx.TimeoutException:
         raise ServeError(f"endpoint {base} gave no reply within {timeout_s:g} s") from None
-    except httpx.HTTPError as e:
-        raise ServeError(f"cannot reach endpoint {base}: {' '.join(str(e).split()) or type(e).__name__}") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as e:
+        raise ServeError(f"cannot reach endpoint {base}: {one_line(e) or type(e).__name__}") from None
     return Served(adapter_id=adapter_id, name=lora_name, endpoint=base, path=str(path.resolve()), rank=rank)

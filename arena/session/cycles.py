@@ -136,12 +136,13 @@ def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
 
 
 def sleep_dir(store: LessonStore, adapter_id: str) -> Path:
-    """Where a sleep writes its adapter: ``adapters/<database stem>/<adapter id>`` beside a SQLite library.
+    """Where a sleep writes its adapter: ``adapters/<database stem>/<adapter id>`` beside a SQLite library,
+    ``adapters/<host>-<port>-<database>/<adapter id>`` in the working directory for a server's library.
 
     Adapter ids are numbered per library, so libraries that share a folder get a folder each.
     """
     if store.sqlite_path is None:
-        return Path.cwd() / "adapters" / "library" / adapter_id
+        return Path.cwd() / "adapters" / store.server_slug / adapter_id
     p = store.sqlite_path.absolute()
     return p.parent / "adapters" / p.stem / adapter_id
 

@@ -13,7 +13,6 @@ and what follows each curate), one round at a time through :func:`arena.session.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +22,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy.engine import make_url
 
 from agents.policy import EndpointFault, Policy
 from agents.roles.solver import solver_messages
@@ -40,6 +38,7 @@ from arena.session.summary import build_summary, online_rubrics_summary
 from arena.session.utility import UtilitySettings, maybe_check_utility
 from arena.tasks.model import Task, TaskSplits
 from arena.tasks.seeds import episode_seed
+from lessons.db.engine import redact_credentials
 from lessons.library.adapters import AdapterStore
 from lessons.library.curation import CurationPolicy
 from lessons.library.rubrics import RubricStore
@@ -122,12 +121,11 @@ def check_prompt_lengths(solver: Policy, tasks: Sequence[Task], cfg: SessionConf
 
 def checkpoint_path(store: LessonStore) -> Path:
     """The LangGraph checkpoint file: ``<db stem>.checkpoints.sqlite`` beside a SQLite library; for a
-    server's library (PostgreSQL) ``<database name>.checkpoints.sqlite`` in the working directory."""
+    server's library (PostgreSQL) ``<host>-<port>-<database>.checkpoints.sqlite`` in the working directory."""
     if store.sqlite_path is not None:
         p = store.sqlite_path
         return p.with_name(p.stem + ".checkpoints.sqlite")
-    name = re.sub(r"[^\w.-]", "_", make_url(store.url).database or "") or "arena"
-    return Path(f"{name}.checkpoints.sqlite")
+    return Path(f"{store.server_slug}.checkpoints.sqlite")
 
 
 def open_session(store: LessonStore, cfg: SessionConfig, splits: TaskSplits, session_name: str, resume: bool) -> int:
@@ -157,7 +155,8 @@ def open_session(store: LessonStore, cfg: SessionConfig, splits: TaskSplits, ses
             )
         store.set_session_status(session_id, "running")
     else:
-        session_id = store.create_session(session_name, cfg.model_dump(mode="json"), cfg.seed)
+        stored = {**cfg.model_dump(mode="json"), "db": redact_credentials(cfg.db)}  # a shared library holds no password
+        session_id = store.create_session(session_name, stored, cfg.seed)
     store.upsert_tasks(session_id, [*splits.train, *splits.heldout])
     return session_id
 

@@ -23,6 +23,7 @@ run at READ COMMITTED beside them and never wait. Migrations take the same lock.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -52,6 +53,20 @@ def one_line(x: object) -> str:
     return " ".join(str(x).split())
 
 
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s:/@]*):[^\s@/]*@")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:password|passwd|pass)=)[^&\s]*")
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with every password of a URL in it replaced by ``***``: ``user:pw@host`` and ``?password=pw``.
+
+    Applied to every error line of the CLI, to stored session settings and to the names the
+    library gives itself, so a PostgreSQL password never reaches a terminal, a log or the
+    shared database.
+    """
+    return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", str(text)))
+
+
 def parse_url(url: str | os.PathLike[str]) -> URL:
     """The SQLAlchemy URL of a library: ``url`` itself if it has a scheme, else a SQLite file path.
 
@@ -65,7 +80,9 @@ def parse_url(url: str | os.PathLike[str]) -> URL:
     try:
         parsed = make_url(raw) if "://" in raw else URL.create("sqlite", database=raw)
     except ArgumentError as e:
-        raise StoreError(f"cannot open database {raw}: {one_line(e)}") from None
+        raise StoreError(f"cannot open database {redact_credentials(raw)}: {one_line(e)}") from None
+    except ValueError:  # SQLAlchemy parses the port as an int
+        raise StoreError(f"cannot open database {redact_credentials(raw)}: the port must be a number") from None
     if parsed.drivername in ("postgresql", "postgres"):  # the driver this package declares: psycopg 3
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
@@ -220,7 +237,8 @@ class Database:
     def _engine_options(self) -> dict[str, Any]:
         """``create_engine`` options: PostgreSQL fails fast on an unreachable server (10 s, not the OS's minutes)."""
         if self._is_postgres:
-            return {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
+            args = {} if "connect_timeout" in self._url.query else {"connect_timeout": 10}  # the URL's own wins
+            return {"connect_args": args, "pool_pre_ping": True}
         return {}
 
     def _driver_hint(self) -> str:
@@ -301,11 +319,22 @@ class Database:
         return self._is_postgres
 
     @property
+    def server_slug(self) -> str:
+        """A file-name-safe name of a server's library, ``<host>-<port>-<database>`` (``library`` for SQLite):
+        what local files that belong to it (checkpoints, adapters) are named after, so libraries of
+        different servers used from one directory never share them."""
+        if self._is_sqlite:
+            return "library"
+        u = self._url
+        raw = f"{u.host or 'localhost'}-{u.port or 'default'}-{u.database or 'db'}"
+        return re.sub(r"[^\w.-]", "_", raw).lstrip(".") or "library"
+
+    @property
     def location(self) -> str:
         """The database as error messages name it: the SQLite file, else the URL without password."""
         if self._sqlite_path is not None:
             return str(self._sqlite_path)
-        return self._url.render_as_string(hide_password=True)
+        return redact_credentials(self._url.render_as_string(hide_password=True))
 
     # ----------------------------------------------------------------- sessions
 
@@ -330,4 +359,4 @@ class Database:
         self.close()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._url.render_as_string(hide_password=True)!r})"
+        return f"{type(self).__name__}({redact_credentials(self._url.render_as_string(hide_password=True))!r})"

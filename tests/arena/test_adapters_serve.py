@@ -159,8 +159,19 @@ def test_bad_input_is_one_line_and_changes_nothing(vllm, library: Path, tmp_path
         arena("adapters", "serve", "adapter-0009", "--endpoint", server.url, "--db", str(library)),
         "no adapter 'adapter-0009'", "registered: adapter-0001",
     )
-    assert_one_line_error(arena("adapters", "serve", "adapter-0001", "--endpoint", "127.0.0.1:8000", "--db", str(library)),
-                          "--endpoint must be an http(s) URL")
+    for endpoint, fragment in [
+        ("127.0.0.1:8000", "--endpoint must be an http(s) URL"),
+        ("http://[::1", "is not a valid URL"),
+        ("http://127.0.0.1:abc", "is not a valid URL"),
+        ("http://127.0.0.1:99999", "a port between 1 and 65535"),
+        ("http://127.0.0.1:8000/v1?x=1", "must have no user, password, query or fragment"),
+        ("http://user:hunter2@127.0.0.1:8000", "must have no user, password, query or fragment"),
+    ]:
+        proc = arena("adapters", "serve", "adapter-0001", "--endpoint", endpoint, "--db", str(library))
+        assert_one_line_error(proc, fragment)
+        assert "hunter2" not in proc.stderr
+    assert_one_line_error(arena("adapters", "serve", "adapter-0001", "--endpoint", server.url, "--db", str(library), "--name", ""),
+                          "--name must be one word")
     assert_one_line_error(arena("adapters", "serve", "adapter-0001", "--endpoint", server.url, "--db", str(tmp_path / "none.db")),
                           "none.db")
     (tmp_path / "ad" / "adapter_config.json").write_text("{not json")

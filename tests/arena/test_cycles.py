@@ -232,3 +232,20 @@ def test_close_ends_the_decoder_thread_and_a_later_call_reloads(tiny):
     assert not thread.is_alive() and p._model is None
     again = p.sample([{"role": "user", "content": "hi"}], n=2, temperature=0.0, max_tokens=3, seed=1)
     assert [c.token_ids for c in again] == [c.token_ids for c in first]  # greedy: the same completions after reload
+
+
+def test_server_libraries_name_their_local_files_by_host_port_and_database(postgres_url: str) -> None:
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    from arena.session.cycles import sleep_dir
+    from arena.session.runner import checkpoint_path
+    from lessons.library.store import LessonStore
+
+    u = make_url(postgres_url)
+    with LessonStore(postgres_url) as st:
+        slug = f"{u.host}-{u.port}-{u.database}"
+        assert st.server_slug == slug
+        assert checkpoint_path(st) == Path(f"{slug}.checkpoints.sqlite")
+        assert sleep_dir(st, "adapter-0001") == Path.cwd() / "adapters" / slug / "adapter-0001"

@@ -16,7 +16,7 @@ from arena.tasks.extract import extract_answer
 from arena.tasks.sources import load_tasks
 from arena.tasks.verify import score
 from lessons.db.engine import parse_url
-from lessons.db.schema import EpisodeRow, RolloutRow, TaskRow
+from lessons.db.schema import EpisodeRow, RolloutRow, SessionRow, TaskRow
 from lessons.text import contains_token
 
 pytestmark = pytest.mark.slow
@@ -25,12 +25,14 @@ FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=1"
 
 
 def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path, library_url):
-    """On a SQLite file and on a PostgreSQL database (``--db postgresql://…``)."""
-    db = library_url
+    """On a SQLite file and on a PostgreSQL database (``--db postgresql://…``, with a password the test
+    server's trust authentication ignores: it must never be printed or stored)."""
+    db = library_url.replace("postgres@", "postgres:s3cret-pw@", 1) if library_url.startswith("postgresql") else library_url
     args = ["run", "--db", db, "--family", FAMILY, "--train-tasks", "2", "--heldout-tasks", "4",
             "--rounds", "1", "--rollouts", "3", "--max-tokens", "32", "--seed", "3", "--session", "tiny", "--json"]
     proc = subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "s3cret-pw" not in proc.stdout + proc.stderr
     summary = json.loads(proc.stdout)
     # 2 groups of 3, plus 3 guided re-attempts for each all-fail group (how many depends on the sampled rollouts)
     assert summary["session"] == "tiny" and summary["episodes"] == 2
@@ -47,7 +49,9 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path, li
             select(RolloutRow, TaskRow.task_key).join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
             .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
         ).all()
+        stored = s.execute(select(SessionRow.config)).scalars().all()
     engine.dispose()
+    assert len(stored) == 1 and "s3cret-pw" not in json.dumps(stored)  # a shared library holds no password
     assert len(rows) == summary["rollouts"]
     rewards = []
     for rollout, task_key in rows:

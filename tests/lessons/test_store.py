@@ -593,6 +593,15 @@ def test_an_unreachable_postgres_server_is_a_one_line_store_error() -> None:
     assert "Connection refused" in msg and "secret" not in msg and "\n" not in msg
 
 
+def test_a_postgres_url_with_a_bad_port_or_a_query_password_is_one_line_without_the_password() -> None:
+    with pytest.raises(StoreError) as err:
+        LessonStore("postgresql://arena:secret@127.0.0.1:notaport/library")
+    assert str(err.value) == "cannot open database postgresql://arena:***@127.0.0.1:notaport/library: the port must be a number"
+    with pytest.raises(StoreError) as err:
+        LessonStore(f"postgresql://arena@127.0.0.1:{_closed_loopback_port()}/library?password=secret")
+    assert "password=***" in str(err.value) and "secret" not in str(err.value)
+
+
 def test_a_postgres_url_without_the_driver_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError, as when it is not installed
     with pytest.raises(StoreError) as err:

@@ -7,8 +7,11 @@ from textual.containers import Center, Middle
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from lessons.db.engine import redact_credentials
+
 
 def missing_text(db: str) -> str:
+    db = redact_credentials(db)
     return (
         f"No lesson library at {db} yet.\n\n"
         f"Create one by running a session:\n\n    arena run --db {db}\n\n"
@@ -18,6 +21,7 @@ def missing_text(db: str) -> str:
 
 
 def empty_text(db: str) -> str:
+    db = redact_credentials(db)
     return (
         f"The lesson library {db} is empty: no session and no lesson yet.\n\n"
         f"Start a session that writes to it:\n\n    arena run --db {db}\n\n"
