@@ -211,7 +211,7 @@ class SearchRepository(Repository):
         if self.has_fts() and self.is_sqlite:
             params["match"] = " AND ".join('"' + w.replace('"', '""') + '"*' for w in words)
             sql = (
-                "SELECT l.id AS id FROM lessons_fts JOIN lessons AS l ON l.id = lessons_fts.rowid "
+                f"SELECT {_LESSON_COLUMNS} FROM lessons_fts JOIN lessons AS l ON l.id = lessons_fts.rowid "
                 f"WHERE lessons_fts MATCH :match{filt} ORDER BY bm25(lessons_fts) LIMIT :limit"
             )
         else:
@@ -219,13 +219,10 @@ class SearchRepository(Repository):
             for i, w in enumerate(words):
                 likes.append(f"lower(l.text) LIKE :w{i}")
                 params[f"w{i}"] = f"%{w}%"
-            sql = f"SELECT l.id AS id FROM lessons AS l WHERE {' AND '.join(likes)}{filt} ORDER BY l.id DESC LIMIT :limit"
+            sql = f"SELECT {_LESSON_COLUMNS} FROM lessons AS l WHERE {' AND '.join(likes)}{filt} ORDER BY l.id DESC LIMIT :limit"
+        stmt = sql_text(sql).columns(*LESSONS_TABLE.c)  # typed, as in _search: one statement, no second fetch by id
         with self.read() as s:
-            ids = [int(r.id) for r in s.execute(sql_text(sql), params)]
-            if not ids:
-                return []
-            rows = {m["id"]: m for m in s.execute(select(LESSONS_TABLE).where(LESSONS_TABLE.c.id.in_(ids))).mappings()}
-            return [lesson_info(rows[i]) for i in ids]
+            return [lesson_info(m) for m in s.execute(stmt, params).mappings()]
 
     def _selective_terms(self, s: Session, terms: list[str], max_terms: int) -> list[str]:
         """The query words worth searching (see :meth:`search_lessons`), rarest first; ``s`` a read session."""
