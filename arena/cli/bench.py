@@ -19,47 +19,51 @@ bench_app = typer.Typer(help="Benchmarks that print ratios against a named basel
 
 @bench_app.command("distill")
 def bench_distill(
-    steps: Annotated[int, typer.Option(help="Optimizer steps per trainer: one epoch of steps x batch-size examples, all timed.")] = 8,
-    batch_size: Annotated[int, typer.Option(help="Sequences per step.")] = 4,
+    steps: Annotated[int, typer.Option(help="Optimizer steps per trainer: one pass over steps x batch-size sequences, all timed.")] = 8,
+    batch_size: Annotated[int, typer.Option(help="Sequences per step (for grpo / guide-grpo a multiple of --group-size).")] = 4,
     rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
+    objective: Annotated[Optional[list[str]], typer.Option("--objective", help="sft (vs TRL SFTTrainer), grpo, guide-grpo (vs TRL GRPOTrainer); repeatable or comma-separated; default all three.")] = None,
+    group_size: Annotated[int, typer.Option(help="Completions per question of the grpo / guide-grpo data.")] = 4,
     base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded model).")] = None,
     device: Annotated[Optional[str], typer.Option(help="cpu or cuda (default: cuda when available); bf16 on CUDA, fp32 on CPU.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
-    """Train tokens/s of our LoRA trainer against TRL's SFTTrainer: same model, LoRA config, data and batch.
+    """Train tokens/s of each objective's trainer against TRL's: same model, LoRA config, data and batch.
 
-    Data: steps x batch-size chain_sum questions with worked reference-answer completions, one epoch each.
+    sft: chain_sum questions with worked reference answers, vs SFTTrainer. grpo / guide-grpo: groups of right
+    and wrong worked answers with their rewards and π_old, vs GRPOTrainer fed the same rollouts (nothing generated).
     """
     quiet_libraries()
     from agents.policy import PolicyError
-    from arena.bench.distill import BenchError, bench_distill_speed
+    from arena.bench.distill import BENCH_OBJECTIVES, BenchError, bench_distill_speed
+    from arena.distill.trainer import TrainingError
 
+    objectives = [o.strip() for spec in objective for o in spec.split(",") if o.strip()] if objective else list(BENCH_OBJECTIVES)
     try:
         if steps < 1 or batch_size < 1 or rank < 1:
             raise BenchError("--steps, --batch-size and --rank must be >= 1")
         with contextlib.redirect_stdout(sys.stderr):
-            result = bench_distill_speed(steps=steps, batch_size=batch_size, rank=rank,
-                                         base_model=base_model, device=device)
-    except (BenchError, PolicyError) as e:
+            result = bench_distill_speed(steps=steps, batch_size=batch_size, rank=rank, base_model=base_model,
+                                         device=device, objectives=objectives, group_size=group_size)
+    except (BenchError, PolicyError, TrainingError) as e:
         raise fail(str(e)) from None
     if json_out:
         print(json.dumps(result))
         return
-    t = Table(title="LoRA training throughput (tokens/s; higher is better)")
-    for col in ("trainer", "tokens/s", "s/step", "final loss"):
+    t = Table(title=f"LoRA training throughput, {result['device']} {result['dtype']} (tokens/s; higher is better)")
+    for col in ("objective", "ours tok/s", "baseline", "baseline tok/s", "ratio (target >= 1.0)", "ours s/step"):
         t.add_column(col)
-    for name in ("ours", "trl"):
-        r = result[name]
-        if r is None:
-            continue
-        t.add_row(name, f"{r['tokens_per_s']:.0f}", f"{r['s_per_step']:.3f}", f"{r['final_loss']:.4f}")
+    for name, row in result["objectives"].items():
+        theirs = row["trl"]
+        t.add_row(name, f"{row['ours']['tokens_per_s']:.0f}", row["baseline"],
+                  f"{theirs['tokens_per_s']:.0f}" if theirs else "–",
+                  f"{row['ratio']:.2f}x" if row["ratio"] is not None else "–", f"{row['ours']['s_per_step']:.3f}")
     Console().print(t)
-    if result.get("ratio") is not None:
-        Console().print(f"ratio ours / TRL SFTTrainer: {result['ratio']:.2f}x (target >= 1.0)")
-    else:
-        Console().print(f"TRL not measured: {result.get('trl_error')}")
-    if result.get("mfu") is not None:
-        Console().print(f"MFU (ours, {result['device']}): {result['mfu']:.3f}")
+    if result["trl_error"]:
+        Console().print(f"TRL not measured: {result['trl_error']}")
+    for name, row in result["objectives"].items():
+        if row["mfu"] is not None:
+            Console().print(f"MFU (ours, {name}, {result['device']}): {row['mfu']:.3f}")
 
 
 @bench_app.command("rollouts")

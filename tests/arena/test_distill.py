@@ -362,18 +362,6 @@ def test_register_adapter_marks_lessons_distilled_and_retrieval_excludes_them(tm
 # --------------------------------------------------------------------------- benchmark and the real model
 
 
-def test_bench_distill_reports_both_trainers(tiny_dir, arena_inproc):
-    """`arena bench distill` end to end (TRL is in the test extra, so this runs in CI rather than skipping)."""
-    proc = arena_inproc("bench", "distill", "--steps", "2", "--batch-size", "2", "--rank", "4", "--base-model", str(tiny_dir),
-                        "--device", "cpu", "--json")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    r = json.loads(proc.stdout)
-    assert r["examples"] == 4 and r["steps"] == 2 and r["dtype"] == "float32"
-    assert r["ours"]["tokens"] == r["trl"]["tokens"] > 0  # the same data, token for token
-    assert r["ratio"] == pytest.approx(r["ours"]["tokens_per_s"] / r["trl"]["tokens_per_s"], rel=1e-2)
-    assert r["mfu"] is None  # CPU: no peak to compare against
-
-
 @pytest.mark.slow
 def test_real_model_lora_step_and_plain_peft_round_trip(tmp_path):
     """Two LoRA steps on the embedded SmolLM2; plain peft reloads the adapter with identical log-probs."""
