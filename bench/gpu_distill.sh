@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# LoRA training throughput on a CUDA machine: our trainer vs TRL's SFTTrainer, bf16, same model,
-# LoRA config, data and batch; prints tokens/s of both, the ratio, and our trainer's MFU
+# LoRA training throughput on a CUDA machine, bf16, same model, LoRA config, data and batch: our sft
+# trainer vs TRL's SFTTrainer, our grpo / guide-grpo vs TRL's GRPOTrainer fed the same stored rollouts;
+# prints tokens/s of each pair, the ratio, and our trainer's MFU
 # (4·N·tokens/s over the GPU's dense bf16 peak; set ARENA_PEAK_TFLOPS for a GPU not in the table).
 #
 #   bash bench/gpu_distill.sh                 # defaults: 30 steps of 16 sequences
@@ -23,6 +24,8 @@ PYEOF
 "$PY" - <<'PYEOF'
 import json
 r = json.load(open("bench/gpu_distill.json"))
-print(f"{r['device']} {r['dtype']}: ours {r['ours']['tokens_per_s']:.0f} tok/s, "
-      f"TRL {r['trl']['tokens_per_s'] if r['trl'] else float('nan'):.0f} tok/s, ratio {r['ratio']}, MFU {r['mfu']}")
+for name, row in r["objectives"].items():
+    theirs = row["trl"]["tokens_per_s"] if row["trl"] else float("nan")
+    print(f"{r['device']} {r['dtype']} {name}: ours {row['ours']['tokens_per_s']:.0f} tok/s, "
+          f"{row['baseline']} {theirs:.0f} tok/s, ratio {row['ratio']}, MFU {row['mfu']}")
 PYEOF
