@@ -156,7 +156,11 @@ def run(
     except (ConfigError, TaskError, StoreError, PolicyError, ValueError, TrainingError) as e:  # DistillError, AdapterError are ValueErrors
         raise fail(" ".join(str(e).split())) from None
     except KeyboardInterrupt:
-        if store is not None and store.get_session(name) is not None:
+        stored = store.get_session(name) if store is not None else None
+        if stored is not None and stored.status == "finished":  # the signal came after the session was complete
+            raise fail(f"interrupted after session {name!r} finished; its summary: arena report --db {db} --session {name}",
+                       EXIT_INTERRUPTED) from None
+        if stored is not None:
             raise fail(f"interrupted; continue with: arena run --db {db} --resume {name}", EXIT_INTERRUPTED) from None
         raise fail("interrupted before the session started; nothing was stored", EXIT_INTERRUPTED) from None
     finally:

@@ -474,15 +474,22 @@ def run_session(
     run = SessionRun(cfg, store, roles, splits, session_name, session_id, console, checkpointer, on_episode, base_model)
     try:
         run.run()
+        return run.finish(t_start)  # inside: a Ctrl-C while the summary is built must not leave the session "running"
     except KeyboardInterrupt:
-        store.set_session_status(session_id, "interrupted")
+        _mark_stopped(store, session_name, session_id, "interrupted")
         raise
     except BaseException:
-        store.set_session_status(session_id, "failed")
+        _mark_stopped(store, session_name, session_id, "failed")
         raise
     finally:
         run.close()
-    return run.finish(t_start)
+
+
+def _mark_stopped(store: LessonStore, session_name: str, session_id: int, status: str) -> None:
+    """Mark a session that stopped ``interrupted`` / ``failed`` — unless its ``finished`` was already committed."""
+    info = store.get_session(session_name)
+    if info is None or info.status != "finished":
+        store.set_session_status(session_id, status)
 
 
 def adapter_label(store: LessonStore, adapter: str | None) -> str | None:
