@@ -15,10 +15,10 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from session_scripts import teacher_responder
 
-import arena.session.runner as runner
 from agents.backends.fake import FakePolicy
 from arena.config import SessionConfig
 from arena.episode.context import Roles
+from arena.session import runner
 from arena.session.runner import run_session
 from arena.tasks.sources import load_tasks
 from lessons.library.sessions import SessionRepository
@@ -96,7 +96,7 @@ def test_arena_run_interrupted_after_its_session_finished_says_so_not_resume(fau
         [sys.executable, "-c", CHILD, "run", "--db", str(db), "--tasks-file", str(write_tasks(tmp_path / "adding.jsonl")),
          "--solver", "openai:M", "--teacher", "openai:M", "--train-tasks", "2", "--heldout-tasks", "2", "--rounds", "1",
          "--rollouts", "2", "--max-tokens", "96", "--session", "s1", "--json"],
-        capture_output=True, text=True, env=env, timeout=300)
+        capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert f"interrupted after session 's1' finished; its summary: arena report --db {db} --session s1" in proc.stderr
     assert "--resume" not in proc.stderr and proc.stdout == ""
