@@ -55,9 +55,46 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+CPU_DTYPE_ENV = "ARENA_CPU_DTYPE"  # fp32 (default) | bf16 | auto: the dtype of local models on the CPU
+CPU_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def cpu_has_amx_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU has AMX with bf16 tiles (Intel Sapphire Rapids and later): the ``amx_bf16`` flag of /proc/cpuinfo.
+
+    There oneDNN runs bf16 matmuls on the tile unit, several times faster than fp32 ones
+    (bench/RESULTS.md, "bf16 on a CPU with AMX"). False where /proc/cpuinfo is absent (not Linux).
+
+    Args:
+        cpuinfo: the text of /proc/cpuinfo (tests); default: read it.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return False
+    return any(line.startswith("flags") and "amx_bf16" in line.split() for line in cpuinfo.splitlines())
+
+
 def default_dtype(device: str) -> torch.dtype:
-    """bf16 on CUDA, fp32 on CPU (bf16 matmuls are slow and lossy on most CPUs)."""
-    return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    """The dtype local models load in: bf16 on CUDA; on the CPU what ``$ARENA_CPU_DTYPE`` says.
+
+    ``fp32`` (the default: bf16 matmuls are slow on most CPUs, and every figure in bench/RESULTS.md
+    before session 9 is fp32), ``bf16``, or ``auto`` (bf16 where :func:`cpu_has_amx_bf16`, else
+    fp32). Everything a process loads follows it (sampling, scoring, training), so π_old and π_θ
+    are scored in one dtype.
+
+    Raises:
+        agents.policy.PolicyError: ``$ARENA_CPU_DTYPE`` is none of those.
+    """
+    if device.startswith("cuda"):
+        return torch.bfloat16
+    choice = os.environ.get(CPU_DTYPE_ENV, "fp32").strip().lower() or "fp32"
+    if choice == "auto":
+        return torch.bfloat16 if cpu_has_amx_bf16() else torch.float32
+    if choice not in CPU_DTYPES:
+        raise PolicyError(f"{CPU_DTYPE_ENV}={choice!r} is not a CPU dtype; use fp32, bf16 or auto")
+    return CPU_DTYPES[choice]
 
 
 def cache_root() -> Path:

@@ -243,6 +243,7 @@ def bench_rollouts(
         "ours": {"tokens": ours.tokens, "completions": ours.completions, "seconds": round(ours.seconds, 2),
                  "batches": list(policy.batches)},
         "torch_threads": torch.get_num_threads(),
+        "ours_dtype": str(policy.dtype).replace("torch.", ""),  # $ARENA_CPU_DTYPE on the CPU
         "loadavg_1min_before": round(load_before, 2),
     }
     if llama_cpp is not None:

@@ -109,7 +109,7 @@ def bench_rollouts(
     t.add_column("completion tok/s", justify="right")
     t.add_column("tokens", justify="right")
     t.add_column("seconds", justify="right")
-    t.add_row(f"ours (torch, batched, concurrency {r['concurrency']})", f"{r['ours_tok_s']:.1f}",
+    t.add_row(f"ours (torch {r['ours_dtype']}, batched, concurrency {r['concurrency']})", f"{r['ours_tok_s']:.1f}",
               str(r["ours"]["tokens"]), f"{r['ours']['seconds']:.1f}")
     if r["llamacpp_tok_s"] is not None:
         t.add_row("llama.cpp single-stream", f"{r['llamacpp_tok_s']:.1f}", str(r["llamacpp"]["tokens"]),
