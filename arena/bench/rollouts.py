@@ -9,7 +9,13 @@ max tokens and temperature go through
 (b) **llama.cpp**: ``llama-cpp-python`` on the same GGUF file, one completion at a time
     (single stream), with the same prompt text (the chat template applied by our tokenizer),
     the same temperature and the same plain sampling (top-k / top-p / min-p / repetition
-    penalty off).
+    penalty off);
+(c) **llama.cpp's server** (optional, ``--llama-server PATH`` or ``llama-server`` on ``PATH``): the
+    ``llama-server`` binary of llama.cpp on the same GGUF, with ``concurrency × k`` parallel slots
+    and continuous batching, driven through our own OpenAI-compatible backend
+    (:class:`agents.backends.openai_backend.OpenAIPolicy`) from the same ``concurrency`` episode
+    threads — the strongest thing a user would pick instead of our sampler. Its completions are
+    counted by re-tokenising their text with the model's tokenizer (the chat API returns no ids).
 
 Both count completion tokens the same way (generated tokens, end-of-turn excluded) and time
 sampling only (model loading excluded). The figure is completion tokens per second of wall
@@ -23,9 +29,16 @@ import importlib
 import io
 import math
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +60,7 @@ MAX_LOAD = 1.0  # the 1-minute load average a run must start below (README: "upt
 KNOWN_MIN_TOKENS = 64  # the known figure is for completions this long or longer (short ones are prompt-bound)
 
 
-def ratio_refusal(load_before: float, llamacpp_tok_s: float | None, threads: int, max_tokens: int) -> str | None:
+def ratio_refusal(load_before: float, llamacpp_tok_s: float | None, threads: int | None, max_tokens: int) -> str | None:
     """Why a measured ratio must not be reported, or None when it may be.
 
     A ratio is refused when the machine was loaded at the start (another job shares the cores
@@ -59,7 +72,7 @@ def ratio_refusal(load_before: float, llamacpp_tok_s: float | None, threads: int
     Args:
         load_before: 1-minute load average when the run started (``os.getloadavg()[0]``).
         llamacpp_tok_s: the baseline's completion tokens/s; None: no baseline, nothing to refuse.
-        threads: CPU threads both samplers used.
+        threads: CPU threads both samplers used; None: a baseline without a known figure (the server).
         max_tokens: the completion cap of the run.
 
     Returns:
@@ -82,6 +95,97 @@ def ratio_refusal(load_before: float, llamacpp_tok_s: float | None, threads: int
 
 class BaselineUnavailable(RuntimeError):
     """llama-cpp-python cannot be imported (the ``bench`` / ``test`` extra is not installed)."""
+
+
+SERVER_MISSING = (
+    "llama.cpp server baseline skipped: no llama-server binary (pass --llama-server PATH, or put llama.cpp's "
+    "llama-server on PATH; llama-cpp-python does not ship one)"
+)
+SERVER_START_S = 120.0  # the server must answer /health within this many seconds of its start
+
+
+class ServerUnavailable(RuntimeError):
+    """The ``llama-server`` binary is missing, or did not start (its one-line reason)."""
+
+
+def find_llama_server(path: str | os.PathLike | None) -> Path:
+    """The ``llama-server`` binary to start: ``path`` when given, else ``llama-server`` on ``PATH``.
+
+    Raises:
+        ServerUnavailable: ``path`` is not an executable file, or none was given and none is on ``PATH``.
+    """
+    if path is None:
+        found = shutil.which("llama-server")
+        if found is None:
+            raise ServerUnavailable(SERVER_MISSING)
+        return Path(found)
+    p = Path(path).expanduser()
+    if not (p.is_file() and os.access(p, os.X_OK)):
+        raise ServerUnavailable(f"--llama-server {path}: not an executable file")
+    return p
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def llama_server(binary: Path, gguf: Path, threads: int, slots: int, ctx_per_slot: int,
+                 start_s: float = SERVER_START_S) -> Iterator[str]:
+    """Run llama.cpp's ``llama-server`` on a free loopback port for the duration of the block; yields its ``/v1`` URL.
+
+    The server gets ``slots`` parallel slots with continuous batching (``-np slots -cb``), a
+    context of ``slots × ctx_per_slot`` positions, ``threads`` CPU threads for decoding and
+    prefill, and plain sampling by default (top-k / top-p / min-p / repetition penalty off, as
+    the other two samplers), so its completions come from the same distribution.
+
+    Args:
+        binary: the ``llama-server`` executable.
+        gguf: the model file.
+        threads: CPU threads (``-t`` and ``-tb``).
+        slots: parallel sequences decoded together (``-np``).
+        ctx_per_slot: positions each slot may hold (longest prompt + max tokens, rounded up).
+        start_s: seconds to wait for ``/health`` to answer 200.
+
+    Raises:
+        ServerUnavailable: the process exited or did not answer in time (its last output line says why).
+    """
+    port = _free_port()
+    cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
+           "-tb", str(threads), "-np", str(slots), "-c", str(slots * ctx_per_slot), "-cb", "--no-webui",
+           "--top-k", "0", "--top-p", "1.0", "--min-p", "0.0", "--repeat-penalty", "1.0"]
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+        def last_line() -> str:
+            log.seek(0)
+            lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
+            return lines[-1].strip()[:300] if lines else "no output"
+
+        try:
+            deadline = time.monotonic() + start_s
+            while True:
+                if proc.poll() is not None:
+                    raise ServerUnavailable(f"llama-server exited with code {proc.returncode} at start: {last_line()}")
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except (urllib.error.URLError, OSError):
+                    pass  # not listening yet, or loading the model (503)
+                if time.monotonic() > deadline:
+                    raise ServerUnavailable(f"llama-server did not answer /health within {start_s:g} s: {last_line()}")
+                time.sleep(0.2)
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @dataclass
@@ -117,8 +221,13 @@ def load_llama_cpp():
 
 
 def run_ours(policy, chats: Sequence[Sequence[dict[str, str]]], k: int, max_tokens: int, temperature: float,
-             concurrency: int, seed: int = 0) -> Throughput:
-    """Sample k completions per chat through ``policy.sample`` from ``concurrency`` threads (as ``arena run`` does)."""
+             concurrency: int, seed: int = 0, count_tokens: Callable[[Any], int] | None = None) -> Throughput:
+    """Sample k completions per chat through ``policy.sample`` from ``concurrency`` threads (as ``arena run`` does).
+
+    ``count_tokens(completion)`` counts a completion's tokens; default ``len(completion.token_ids)``
+    (backends that return no ids pass a tokenizer count).
+    """
+    count = count_tokens or (lambda o: len(o.token_ids))
     todo = list(enumerate(chats))
     lock = threading.Lock()
     counts = [0, 0]
@@ -136,8 +245,9 @@ def run_ours(policy, chats: Sequence[Sequence[dict[str, str]]], k: int, max_toke
                 with lock:
                     errors.append(e)
                 return
+            tokens = sum(count(o) for o in outs)
             with lock:
-                counts[0] += sum(len(o.token_ids) for o in outs)
+                counts[0] += tokens
                 counts[1] += len(outs)
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, concurrency))]
@@ -177,8 +287,10 @@ def bench_rollouts(
     on_baseline_missing=None,
     threads: int | None = None,
     force: bool = False,
+    llama_server_path: str | os.PathLike | None = None,
+    on_server_missing=None,
 ) -> dict[str, Any]:
-    """Measure (a) ours and (b) llama.cpp single-stream on the same prompts; return the figures.
+    """Measure (a) ours, (b) llama.cpp single-stream and (c) llama.cpp's server on the same prompts; return the figures.
 
     Args:
         prompts: number of distinct prompts P.
@@ -191,15 +303,19 @@ def bench_rollouts(
             baseline is then skipped and ``llamacpp_tok_s`` / ``ratio`` are None.
         force: keep ``ratio`` even when :func:`ratio_refusal` refuses it (``ratio_refused`` still
             says why); otherwise a refused ratio is None.
-        threads: CPU threads for both samplers (torch intra-op and llama.cpp); default torch's.
+        threads: CPU threads for every sampler (torch intra-op and llama.cpp); default torch's.
+        llama_server_path: the ``llama-server`` binary for (c); default: ``llama-server`` on ``PATH``.
+        on_server_missing: called with one line when no binary was given and none is on ``PATH``;
+            (c) is then skipped and ``server_tok_s`` / ``ratio_server`` are None.
 
     Returns:
-        ``{"ours_tok_s", "llamacpp_tok_s", "ratio", "prompts", "k"}`` plus the details
-        (max_tokens, temperature, concurrency, token and completion counts, seconds, threads,
-        batch sizes, load average before the run).
+        ``{"ours_tok_s", "llamacpp_tok_s", "ratio", "server_tok_s", "ratio_server", "prompts", "k"}``
+        plus the details (max_tokens, temperature, concurrency, token and completion counts,
+        seconds, threads, slots, batch sizes, load average before the run).
 
     Raises:
-        ValueError: a count, temperature or thread number out of range.
+        ValueError: a count, temperature or thread number out of range; ``llama_server_path``
+            not an executable file, or a server that did not start.
         agents.policy.PolicyError: the embedded model cannot be loaded.
     """
     for flag, value, hi in (("--prompts", prompts, 1024), ("--k", k, 256), ("--max-tokens", max_tokens, 4096),
@@ -217,6 +333,15 @@ def bench_rollouts(
 
     from agents.backends.local import LocalPolicy
     from agents.backends.model_files import smollm2_gguf_path
+
+    server_binary: Path | None = None
+    try:
+        server_binary = find_llama_server(llama_server_path)
+    except ServerUnavailable as e:
+        if llama_server_path is not None:
+            raise ValueError(str(e)) from None
+        if on_server_missing is not None:
+            on_server_missing(str(e))
 
     load_before = os.getloadavg()[0]
     try:
@@ -261,9 +386,50 @@ def bench_rollouts(
         result["ratio"] = round(ours.tok_s / base.tok_s, 2) if base.tok_s > 0 else None
         result["llamacpp"] = {"tokens": base.tokens, "completions": base.completions, "seconds": round(base.seconds, 2),
                               "threads": threads}
+    result["server_tok_s"] = result["ratio_server"] = None
+    if server_binary is not None:
+        server = run_server(server_binary, policy, chats, k, max_tokens, temperature, concurrency, seed,
+                            torch.get_num_threads())
+        result["server_tok_s"] = round(server.tok_s, 1)
+        result["ratio_server"] = round(ours.tok_s / server.tok_s, 2) if server.tok_s > 0 else None
+        result["server"] = {"tokens": server.tokens, "completions": server.completions,
+                            "seconds": round(server.seconds, 2), "threads": torch.get_num_threads(),
+                            "slots": concurrency * k, "binary": str(server_binary)}
     result["loadavg_1min_after"] = round(os.getloadavg()[0], 2)
     refused = ratio_refusal(load_before, result["llamacpp_tok_s"], torch.get_num_threads(), max_tokens)
     result["ratio_refused"] = refused
     if refused is not None and not force:
         result["ratio"] = None
+    # the server has no known figure to check: only the load can make its ratio unreliable
+    server_refused = ratio_refusal(load_before, result["server_tok_s"], None, max_tokens)
+    result["ratio_server_refused"] = server_refused
+    if server_refused is not None and not force:
+        result["ratio_server"] = None
     return result
+
+
+def run_server(binary: Path, policy, chats: Sequence[Sequence[dict[str, str]]], k: int, max_tokens: int,
+               temperature: float, concurrency: int, seed: int, threads: int) -> Throughput:
+    """(c): llama.cpp's server with ``concurrency × k`` slots, sampled through our OpenAI backend like (a).
+
+    ``policy`` is the loaded local policy: its tokenizer counts the server's completion tokens and
+    sizes the slots' context (longest prompt + ``max_tokens``, rounded up to 64).
+
+    Raises:
+        ValueError: the server did not start (its one-line reason).
+        agents.policy.EndpointFault: a reply stayed faulty after the backend's retries.
+    """
+    from agents.backends.model_files import smollm2_gguf_path
+    from agents.backends.openai_backend import OpenAIPolicy
+
+    slots = concurrency * k
+    longest = max(len(policy.encode(policy.prompt_text(c))) for c in chats)
+    ctx_per_slot = -(-(longest + max_tokens + 8) // 64) * 64
+    try:
+        with llama_server(binary, smollm2_gguf_path(), threads, slots, ctx_per_slot) as base_url:
+            client = OpenAIPolicy("smollm2", base_url=base_url, api_key="none", max_concurrency=slots)
+            client.sample(chats[0], n=1, temperature=temperature, max_tokens=4, seed=seed)  # warm-up
+            return run_ours(client, chats, k, max_tokens, temperature, concurrency, seed,
+                            count_tokens=lambda o: policy.count_tokens(o.text) if o.text else 0)
+    except ServerUnavailable as e:
+        raise ValueError(str(e)) from None

@@ -76,11 +76,13 @@ def bench_rollouts(
     seed: Annotated[int, typer.Option(help="Seed for task draws and sampling.")] = 0,
     threads: Annotated[Optional[int], typer.Option(help="CPU threads for both samplers (default: all cores).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Report the ratio even when the load or the baseline makes it unreliable.")] = False,
+    llama_server: Annotated[Optional[Path], typer.Option(help="llama.cpp's llama-server binary for the continuous-batching baseline (default: llama-server on PATH; skipped without one).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
-    """Completion tokens/s of the local backend (batched, as `arena run` samples) vs llama.cpp single-stream, same GGUF.
+    """Completion tokens/s of the local backend (batched, as `arena run` samples) vs llama.cpp single-stream and
+    llama.cpp's server (concurrency × k slots, continuous batching, driven by our OpenAI backend), same GGUF.
 
-    The ratio is refused (exit 1, the figures still printed) when the load average was 1 or more at the
+    A ratio is refused (exit 1, the figures still printed) when the load average was 1 or more at the
     start or the llama.cpp baseline is far from its known figure on this machine; --force reports it anyway.
     """
     quiet_libraries()
@@ -93,12 +95,12 @@ def bench_rollouts(
     try:
         with contextlib.redirect_stdout(sys.stderr):
             r = run_bench(prompts, k, max_tokens, temperature, concurrency, seed, on_baseline_missing=missing, threads=threads,
-                          force=force)
+                          force=force, llama_server_path=llama_server, on_server_missing=missing)
     except (PolicyError, ValueError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         raise fail("interrupted", EXIT_INTERRUPTED) from None
-    refused = r.get("ratio_refused")
+    refused = r.get("ratio_refused") or r.get("ratio_server_refused")
     if json_out:
         print(json.dumps(r))
         if refused and not force:
@@ -114,12 +116,20 @@ def bench_rollouts(
     if r["llamacpp_tok_s"] is not None:
         t.add_row("llama.cpp single-stream", f"{r['llamacpp_tok_s']:.1f}", str(r["llamacpp"]["tokens"]),
                   f"{r['llamacpp']['seconds']:.1f}")
+    if r["server_tok_s"] is not None:
+        t.add_row(f"llama.cpp server ({r['server']['slots']} slots, continuous batching)", f"{r['server_tok_s']:.1f}",
+                  str(r["server"]["tokens"]), f"{r['server']['seconds']:.1f}")
     Console().print(t)
-    ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "n/a (no baseline)"
-    if refused:
-        ratio = f"{r['ratio']:.2f} (forced; unreliable: {refused})" if force else "refused"
-    Console().print(f"ratio ours / llama.cpp: {ratio}   (load average before {r['loadavg_1min_before']}, "
-                    f"after {r['loadavg_1min_after']}; {r['torch_threads']} threads)")
+
+    def shown(value, why, missing) -> str:
+        if why:
+            return f"{value:.2f} (forced; unreliable: {why})" if force and value is not None else "refused"
+        return f"{value:.2f}" if value is not None else missing
+
+    Console().print(f"ratio ours / llama.cpp single-stream: {shown(r['ratio'], r['ratio_refused'], 'n/a (no baseline)')};  "
+                    f"ours / llama.cpp server: {shown(r['ratio_server'], r['ratio_server_refused'], 'n/a (no server)')}   "
+                    f"(load average before {r['loadavg_1min_before']}, after {r['loadavg_1min_after']}; "
+                    f"{r['torch_threads']} threads)")
     if refused and not force:
         raise fail(f"ratio refused: {refused} (--force reports it anyway)", 1)
 

@@ -46,13 +46,16 @@ def test_missing_baseline_error_names_the_extra():
 def test_without_llama_cpp_ours_is_measured_and_one_line_explains(tmp_path):
     proc = subprocess.run([sys.executable, "-c", NO_LLAMA, "bench", "rollouts", "--prompts", "2", "--k", "2",
                            "--max-tokens", "4", "--json"], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tmp_path)
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PATH": os.path.dirname(sys.executable)}, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-    assert lines == ["arena: llama.cpp baseline skipped: llama-cpp-python is not installed; install the bench extra: "
+    assert lines == ["arena: llama.cpp server baseline skipped: no llama-server binary (pass --llama-server PATH, or put "
+                     "llama.cpp's llama-server on PATH; llama-cpp-python does not ship one)",
+                     "arena: llama.cpp baseline skipped: llama-cpp-python is not installed; install the bench extra: "
                      "pip install -e '.[bench]' (the test extra has it too)"]
     r = json.loads(proc.stdout)
     assert r["llamacpp_tok_s"] is None and r["ratio"] is None and r["prompts"] == 2 and r["k"] == 2
+    assert r["server_tok_s"] is None and r["ratio_server"] is None
     assert r["ours"]["completions"] == 4 and 0 < r["ours"]["tokens"] <= 16 and r["ours_tok_s"] > 0
 
 
@@ -76,3 +79,94 @@ def test_ratio_refusal(load, base, threads, max_tokens, refused):
         assert got is None
     else:
         assert got is not None and refused in got, got
+
+
+# --------------------------------------------------------------------------- (c) llama.cpp's server
+# A stand-in for llama.cpp's `llama-server` (stdlib, loopback): records its command line, answers /health and
+# chat completions with n choices of a fixed reply; `--fail` makes it exit at start with one line.
+STAND_IN = '''#!{python}
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+argv = sys.argv[1:]
+open({argv_file!r}, "w").write(json.dumps(argv))
+if {fail!r}:
+    print("error: failed to load model", flush=True)
+    sys.exit(1)
+port = int(argv[argv.index("--port") + 1])
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def _send(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200); self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        self._send({{"status": "ok"}})
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = int(req.get("n", 1))
+        choices = [{{"index": i, "message": {{"role": "assistant", "content": "one two three"}}, "finish_reason": "stop"}}
+                   for i in range(n)]
+        self._send({{"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
+                    "usage": {{"prompt_tokens": 5, "completion_tokens": 3 * n, "total_tokens": 5 + 3 * n}}}})
+ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+class WordPolicy:
+    """The few methods of the local policy that (c) uses, on whitespace 'tokens' (no model)."""
+
+    def prompt_text(self, chat):
+        return " ".join(m["content"] for m in chat)
+
+    def encode(self, text):
+        return text.split()
+
+    def count_tokens(self, text):
+        return len(text.split())
+
+
+def stand_in(tmp_path, fail=False):
+    path = tmp_path / "llama-server"
+    path.write_text(STAND_IN.format(python=sys.executable, argv_file=str(tmp_path / "argv.json"), fail=fail))
+    path.chmod(0o755)
+    return path
+
+
+def test_server_baseline_runs_the_binary_with_slots_and_counts_its_completions(tmp_path):
+    from arena.bench.rollouts import run_server
+
+    chats = [[{"role": "user", "content": "a b c d"}], [{"role": "user", "content": "a b"}]]
+    got = run_server(stand_in(tmp_path), WordPolicy(), chats, k=3, max_tokens=60, temperature=0.8, concurrency=2,
+                     seed=0, threads=2)
+    assert (got.completions, got.tokens) == (6, 18)  # 2 chats × k = 3, 3 words each; the warm-up is not counted
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("-")}
+    # 2 threads × 3 completions in flight = 6 slots; each holds the longest prompt (4) + 60 + 8, rounded up to 64
+    assert opt["-np"] == "6" and opt["-c"] == str(6 * 128) and opt["-t"] == "2" and opt["-tb"] == "2"
+    assert "-cb" in argv and (opt["--top-k"], opt["--top-p"], opt["--min-p"], opt["--repeat-penalty"]) == ("0", "1.0", "0.0", "1.0")
+    assert opt["--host"] == "127.0.0.1"
+
+
+def test_a_server_that_exits_at_start_is_one_reason(tmp_path):
+    from arena.bench.rollouts import run_server
+
+    with pytest.raises(ValueError, match=r"^llama-server exited with code 1 at start: error: failed to load model$"):
+        run_server(stand_in(tmp_path, fail=True), WordPolicy(), [[{"role": "user", "content": "a"}]], k=1,
+                   max_tokens=8, temperature=0.8, concurrency=1, seed=0, threads=1)
+
+
+def test_a_bad_server_path_is_one_line_before_any_model_loads(tmp_path):
+    not_exec = tmp_path / "llama-server"
+    not_exec.write_text("")
+    for path in (tmp_path / "missing", not_exec, tmp_path):
+        assert_one_line_error(arena("bench", "rollouts", "--llama-server", str(path)),
+                              f"--llama-server {path}: not an executable file")
+
+
+def test_without_a_server_on_path_the_server_row_is_skipped_with_one_line(monkeypatch):
+    from arena.bench.rollouts import SERVER_MISSING, ServerUnavailable, find_llama_server
+
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(ServerUnavailable) as e:
+        find_llama_server(None)
+    assert str(e.value) == SERVER_MISSING

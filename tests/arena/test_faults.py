@@ -8,48 +8,20 @@ OpenAI backend for both roles against the fault-injecting server of tests/agents
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 
 import pytest
+from fault_scripts import CHAT, content, is_solver, last_user, write_tasks
 from langgraph.checkpoint.sqlite import SqliteSaver
 from session_scripts import session_rollouts as rollouts
 
 from agents.backends.openai_backend import MAX_CHARS_PER_TOKEN, OpenAIPolicy
 from agents.policy import EndpointFault
-from agents.roles.solver import SOLVER_SYSTEM
 from arena.config import SessionConfig
 from arena.episode.context import Roles
 from arena.session.runner import checkpoint_path, run_session
 from arena.tasks.sources import load_tasks
 from lessons.library.store import LessonStore
-
-LESSON = "Add the ones digits first, then the tens, and carry when a column passes nine."
-CHAT = [{"role": "user", "content": "Compute 1 plus 2."}]
-
-
-def write_tasks(path, n=8):
-    lines = [json.dumps({"question": f"Compute {10 + i} plus {20 + 2 * i}.", "answer": str(30 + 3 * i),
-                         "family": "adding"}) for i in range(n)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def is_solver(body: dict) -> bool:
-    return (body.get("messages") or [{}])[0].get("content", "").startswith(SOLVER_SYSTEM)
-
-
-def last_user(body: dict) -> str:
-    return next((m["content"] for m in reversed(body.get("messages") or []) if m["role"] == "user"), "")
-
-
-def content(body: dict) -> str:
-    """A normal reply: the solver answers the sum right, the teacher adds one lesson."""
-    if is_solver(body):
-        a, b = map(int, re.findall(r"Compute (\d+) plus (\d+)", last_user(body))[-1])
-        return f"{a} + {b} = {a + b}. <answer>{a + b}</answer>"
-    return "```json\n" + json.dumps({"analysis": "Column by column.", "add": [{"text": LESSON, "scope": "adding"}]}) + "\n```"
-
 
 @pytest.fixture
 def session(tmp_path):

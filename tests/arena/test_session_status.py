@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from fault_scripts import content, write_tasks
 from langgraph.checkpoint.memory import InMemorySaver
 from session_scripts import teacher_responder
 
@@ -87,8 +88,6 @@ main()
 
 def test_arena_run_interrupted_after_its_session_finished_says_so_not_resume(fault_server, tmp_path):
     """The CLI's line for a Ctrl-C that lands after ``finished`` was committed points at the report, not at --resume."""
-    from test_faults import content, write_tasks
-
     server = fault_server(["normal"], content=content)
     env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "x", "OMP_NUM_THREADS": "1"}
     db = tmp_path / "arena.db"
