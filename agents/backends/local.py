@@ -55,15 +55,20 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-CPU_DTYPE_ENV = "ARENA_CPU_DTYPE"  # fp32 (default) | bf16 | auto: the dtype of local models on the CPU
+CPU_DTYPE_ENV = "ARENA_CPU_DTYPE"  # auto (default) | fp32 | bf16: the dtype local models sample and score in on the CPU
 CPU_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+BF16_MATMUL_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs whose bf16 matmuls beat fp32 ones
 
 
-def cpu_has_amx_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU has AMX with bf16 tiles (Intel Sapphire Rapids and later): the ``amx_bf16`` flag of /proc/cpuinfo.
+def cpu_bf16_matmul_flag(cpuinfo: str | None = None) -> str | None:
+    """The flag of /proc/cpuinfo that makes bf16 matmuls faster than fp32 ones on this CPU, or None.
 
-    There oneDNN runs bf16 matmuls on the tile unit, several times faster than fp32 ones
-    (bench/RESULTS.md, "bf16 on a CPU with AMX"). False where /proc/cpuinfo is absent (not Linux).
+    ``amx_bf16`` (Intel Sapphire Rapids and later: oneDNN runs bf16 matmuls on the tile unit) or
+    ``avx512_bf16`` (bf16 dot products: AMD Zen 4 and later, Intel Cooper Lake). bf16 halves the
+    weights' memory traffic and doubles the dot products per instruction: SmolLM2's decode runs
+    1.6–2.2× faster on both kinds (bench/RESULTS.md, "bf16 on a CPU with AMX" and "bf16 sampling
+    on Zen 4"). Without either, torch emulates bf16 and it is slower than fp32. None where
+    /proc/cpuinfo is absent (not Linux).
 
     Args:
         cpuinfo: the text of /proc/cpuinfo (tests); default: read it.
@@ -72,29 +77,44 @@ def cpu_has_amx_bf16(cpuinfo: str | None = None) -> bool:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
         except OSError:
-            return False
-    return any(line.startswith("flags") and "amx_bf16" in line.split() for line in cpuinfo.splitlines())
+            return None
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split())
+            return next((f for f in BF16_MATMUL_FLAGS if f in flags), None)
+    return None
 
 
 def default_dtype(device: str) -> torch.dtype:
-    """The dtype local models load in: bf16 on CUDA; on the CPU what ``$ARENA_CPU_DTYPE`` says.
+    """The dtype local models sample and score in: bf16 on CUDA; on the CPU what ``$ARENA_CPU_DTYPE`` says.
 
-    ``fp32`` (the default: bf16 matmuls are slow on most CPUs, and every figure in bench/RESULTS.md
-    before session 9 is fp32), ``bf16``, or ``auto`` (bf16 where :func:`cpu_has_amx_bf16`, else
-    fp32). Everything a process loads follows it (sampling, scoring, training), so π_old and π_θ
-    are scored in one dtype.
+    ``auto`` (the default: bf16 where :func:`cpu_bf16_matmul_flag` finds bf16 matmul instructions,
+    else fp32), ``fp32`` or ``bf16``. Greedy held-out pass@1 does not change beyond noise between
+    the two (bench/RESULTS.md). Models that are *trained* load in :func:`training_dtype` instead.
 
     Raises:
         agents.policy.PolicyError: ``$ARENA_CPU_DTYPE`` is none of those.
     """
     if device.startswith("cuda"):
         return torch.bfloat16
-    choice = os.environ.get(CPU_DTYPE_ENV, "fp32").strip().lower() or "fp32"
+    choice = os.environ.get(CPU_DTYPE_ENV, "auto").strip().lower() or "auto"
     if choice == "auto":
-        return torch.bfloat16 if cpu_has_amx_bf16() else torch.float32
+        return torch.bfloat16 if cpu_bf16_matmul_flag() else torch.float32
     if choice not in CPU_DTYPES:
         raise PolicyError(f"{CPU_DTYPE_ENV}={choice!r} is not a CPU dtype; use fp32, bf16 or auto")
     return CPU_DTYPES[choice]
+
+
+def training_dtype(device: str) -> torch.dtype:
+    """The dtype of a base model that a LoRA adapter is trained on (and π_old rescored with): bf16 on CUDA, fp32 on the CPU.
+
+    On the CPU training stays in fp32 whatever ``$ARENA_CPU_DTYPE`` says: every learning figure in
+    bench/RESULTS.md is fp32 training, and the importance ratios of the policy-gradient objectives
+    compare log-probs that differ by a few hundredths of a nat, the size of bf16's rounding. The
+    adapter it produces samples in :func:`default_dtype` like any solver (peft keeps the LoRA
+    weights in fp32 on a bf16 base).
+    """
+    return torch.bfloat16 if device.startswith("cuda") else torch.float32
 
 
 def cache_root() -> Path:

@@ -144,7 +144,7 @@ def bench_distill_speed(
             asked for but absent.
         agents.policy.PolicyError: the base model cannot be loaded.
     """
-    from agents.backends.local import LocalPolicy, default_device
+    from agents.backends.local import LocalPolicy, default_device, training_dtype
     from arena.distill.config import TrainConfig
 
     unknown = [o for o in objectives if o not in BENCH_OBJECTIVES]
@@ -173,7 +173,7 @@ def bench_distill_speed(
                       warmup_steps=1, lr=2e-4, max_seq_len=1024, seed=0, temperature=SAMPLING_TEMPERATURE)
 
     def fresh() -> LocalPolicy:
-        p = LocalPolicy(model_dir=base_model, device=device)
+        p = LocalPolicy(model_dir=base_model, device=device, dtype=training_dtype(device))
         p.load()
         return p
 

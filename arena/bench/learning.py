@@ -394,7 +394,7 @@ def _oracle(bcfg: LearningBenchConfig, splits: Any, heldout: list[Any], k_tasks:
     """LoRA on reference answers of the train tasks, ``sleep_steps`` steps, loaded back as a solver: the ceiling."""
     import gc
 
-    from agents.backends.local import LocalPolicy
+    from agents.backends.local import LocalPolicy, default_device, training_dtype
     from agents.roles.solver import solver_messages
     from arena.distill.config import TrainConfig
     from arena.distill.trainer import train
@@ -402,7 +402,7 @@ def _oracle(bcfg: LearningBenchConfig, splits: Any, heldout: list[Any], k_tasks:
     from arena.stats import paired_comparison
     from lessons.library.store import LessonStore
 
-    policy = LocalPolicy()
+    policy = LocalPolicy(dtype=training_dtype(default_device()))
     policy.load()
     examples = oracle_examples(splits.train, policy.encode)
     cfg = TrainConfig(max_steps=bcfg.sleep_steps, lr=bcfg.sleep_lr, seed=bcfg.seed)

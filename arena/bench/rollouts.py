@@ -25,6 +25,7 @@ time and the ratio ours / llama.cpp.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import io
 import math
@@ -371,8 +372,16 @@ def bench_rollouts(
         "ours_dtype": str(policy.dtype).replace("torch.", ""),  # $ARENA_CPU_DTYPE on the CPU
         "loadavg_1min_before": round(load_before, 2),
     }
+    # What the baselines need of our model — prompt texts, their longest length, a token counter — then it is closed:
+    # with our decoder thread alive (idle) in this process, llama.cpp single-stream ran at half its speed here
+    # (49 vs 98 tok/s on the same prompts; bench/RESULTS.md), the measurement bug behind its "far from known" figures.
+    texts = [policy.prompt_text(c) for c in chats]
+    longest_prompt = max(len(policy.encode(t)) for t in texts)
+    tokenizer = policy.tokenizer
+    policy.close()
+    del policy
+    gc.collect()
     if llama_cpp is not None:
-        texts = [policy.prompt_text(c) for c in chats]
         threads = torch.get_num_threads()
         with contextlib.redirect_stderr(io.StringIO()):
             llm = llama_cpp.Llama(model_path=str(smollm2_gguf_path()), n_ctx=2048, n_threads=threads,
@@ -388,8 +397,8 @@ def bench_rollouts(
                               "threads": threads}
     result["server_tok_s"] = result["ratio_server"] = None
     if server_binary is not None:
-        server = run_server(server_binary, policy, chats, k, max_tokens, temperature, concurrency, seed,
-                            torch.get_num_threads())
+        server = run_server(server_binary, chats, k, max_tokens, temperature, concurrency, seed, torch.get_num_threads(),
+                            longest_prompt, lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
         result["server_tok_s"] = round(server.tok_s, 1)
         result["ratio_server"] = round(ours.tok_s / server.tok_s, 2) if server.tok_s > 0 else None
         result["server"] = {"tokens": server.tokens, "completions": server.completions,
@@ -408,12 +417,13 @@ def bench_rollouts(
     return result
 
 
-def run_server(binary: Path, policy, chats: Sequence[Sequence[dict[str, str]]], k: int, max_tokens: int,
-               temperature: float, concurrency: int, seed: int, threads: int) -> Throughput:
+def run_server(binary: Path, chats: Sequence[Sequence[dict[str, str]]], k: int, max_tokens: int, temperature: float,
+               concurrency: int, seed: int, threads: int, longest_prompt: int,
+               count_tokens: Callable[[str], int]) -> Throughput:
     """(c): llama.cpp's server with ``concurrency × k`` slots, sampled through our OpenAI backend like (a).
 
-    ``policy`` is the loaded local policy: its tokenizer counts the server's completion tokens and
-    sizes the slots' context (longest prompt + ``max_tokens``, rounded up to 64).
+    Each slot holds ``longest_prompt + max_tokens`` positions (rounded up to 64); ``count_tokens``
+    counts a completion text's tokens with the model's tokenizer (the chat API returns no ids).
 
     Raises:
         ValueError: the server did not start (its one-line reason).
@@ -423,13 +433,12 @@ def run_server(binary: Path, policy, chats: Sequence[Sequence[dict[str, str]]], 
     from agents.backends.openai_backend import OpenAIPolicy
 
     slots = concurrency * k
-    longest = max(len(policy.encode(policy.prompt_text(c))) for c in chats)
-    ctx_per_slot = -(-(longest + max_tokens + 8) // 64) * 64
+    ctx_per_slot = -(-(longest_prompt + max_tokens + 8) // 64) * 64
     try:
         with llama_server(binary, smollm2_gguf_path(), threads, slots, ctx_per_slot) as base_url:
             client = OpenAIPolicy("smollm2", base_url=base_url, api_key="none", max_concurrency=slots)
             client.sample(chats[0], n=1, temperature=temperature, max_tokens=4, seed=seed)  # warm-up
             return run_ours(client, chats, k, max_tokens, temperature, concurrency, seed,
-                            count_tokens=lambda o: policy.count_tokens(o.text) if o.text else 0)
+                            count_tokens=lambda o: count_tokens(o.text) if o.text else 0)
     except ServerUnavailable as e:
         raise ValueError(str(e)) from None

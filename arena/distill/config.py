@@ -41,7 +41,7 @@ class TrainConfig(BaseModel):
     # LoRA (peft LoraConfig; Hu et al. 2021)
     rank: int = 16  # LoRA rank r
     alpha: int = 32  # LoRA alpha; the update is scaled by alpha / r
-    dropout: float = 0.05  # dropout on the LoRA input
+    dropout: float = 0.05  # dropout on the LoRA input; must be 0 for grpo / guide-grpo (see DistillConfig)
     target_modules: list[str] = Field(default_factory=lambda: list(LLAMA_TARGET_MODULES))  # module names to adapt
     # optimizer (AdamW) and schedule
     lr: float = 2e-4  # peak learning rate
@@ -134,6 +134,11 @@ class DistillConfig(BaseModel):
                              f"got {self.min_guided_log_ratio}")
         if self.min_examples < 1:
             raise ValueError(f"min_examples must be >= 1, got {self.min_examples}")
+        if self.train.dropout > 0 and self.objective in RL_OBJECTIVES:
+            # PPO's and Guide's ratios compare π_θ with π_old as it was scored (no dropout): with LoRA dropout in
+            # π_θ the ratio leaves 1 before any update, and the clip and Guide's γ act on that noise
+            raise ValueError(f"{self.objective} trains with LoRA dropout 0 (its importance ratios must be 1 before any "
+                             f"update), got {self.train.dropout}; set dropout 0")
         if self.train.kl_coef > 0 and self.objective not in RL_OBJECTIVES:
             raise ValueError(f"--kl-coef applies to the objectives {', '.join(RL_OBJECTIVES)}, not {self.objective}; "
                              "drop it or pass --objective grpo")

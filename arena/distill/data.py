@@ -471,7 +471,8 @@ class RLExample:
         return self.guided
 
 
-def build_rl_dataset(rollouts: Sequence[TrainingRollout], objective: str) -> DistillDataset:
+def build_rl_dataset(rollouts: Sequence[TrainingRollout], objective: str,
+                     pass_threshold: float | None = None) -> DistillDataset:
     """Group the stored rollouts and give every rollout its group-relative advantage (GRPO; Guide).
 
     A group is the rollouts of one episode (one task, one round) with one guidance: the k
@@ -482,10 +483,17 @@ def build_rl_dataset(rollouts: Sequence[TrainingRollout], objective: str) -> Dis
     trained (no token ids or log-probs, no completion, a guided one without its unhinted chat)
     still count in their group's mean and standard deviation.
 
+    With ``pass_threshold`` the advantage is computed from pass/fail (1 where the reward passes
+    the threshold, else 0), as Guide trains on its verifiers' binary outcomes: reasoning-gym's
+    verifiers give partial credit to wrong answers that contain the right one ("-287" for -28
+    scores 0.75), which the raw reward would reinforce in a group with no success. Without it the
+    raw rewards are used (a rubric's graded scores, which are the signal by design).
+
     Args:
         rollouts: the session's train rollouts (any order).
         objective: ``"grpo"`` (unguided rollouts only: the ablation Guide compares against) or
             ``"guide-grpo"``.
+        pass_threshold: the success threshold of a verifier session; None: raw rewards.
 
     Returns:
         The examples in rollout order; ``skipped`` counts rollouts by reason: ``guided_not_used``
@@ -523,7 +531,7 @@ def build_rl_dataset(rollouts: Sequence[TrainingRollout], objective: str) -> Dis
         if len(group) < 2:
             out.skipped["group_of_one"] += len(group)
             continue
-        rewards = [r.reward for r in group]
+        rewards = [r.reward if pass_threshold is None else float(passes(r.reward, pass_threshold)) for r in group]
         if max(rewards) == min(rewards):
             out.skipped["equal_rewards"] += len(group)
             continue

@@ -237,7 +237,11 @@ def collect_data(
     if rounds is not None:
         rollouts = [r for r in rollouts if r.episode_round in rounds]
     if cfg.objective in RL_OBJECTIVES:
-        data = build_rl_dataset(rollouts, cfg.objective)
+        info = store.get_session(session)
+        verifier = info is None or info.config.get("reward", "verifier") == "verifier"
+        # advantages from the verifier's pass / fail (its partial credit would reinforce wrong answers); a rubric's
+        # graded rewards as they are
+        data = build_rl_dataset(rollouts, cfg.objective, cfg.success_threshold if verifier else None)
         data.skipped.update(excluded)
         require_rl_examples(data, session)
     elif cfg.objective in ON_POLICY_OBJECTIVES:
@@ -465,7 +469,7 @@ def run_distill(
         arena.distill.trainer.TrainingError: the loss became NaN / no example fits.
         agents.policy.PolicyError: the base model cannot be loaded.
     """
-    from agents.backends.local import LocalPolicy
+    from agents.backends.local import LocalPolicy, training_dtype
 
     astore = AdapterStore(store)
     # ---- data (before any model is loaded: bad input fails fast and writes nothing)
@@ -480,15 +484,20 @@ def run_distill(
     adapter_id = astore.next_adapter_id()
     out_dir = fresh_out_dir(store, out_dir, adapter_id)
 
-    # ---- base model: screen the guided data, then its held-out pass@1 without / with lessons
+    # ---- base model: its held-out pass@1 without / with lessons, sampled as the solver samples (and as the
+    # adapter is evaluated below); then the trainee, in the training dtype, screens the guided data
     policy = LocalPolicy(model_dir=base_model)
     policy.load()
-    report = screen_data(store, session, rollouts, data, policy, cfg)
     base_dir = policy.model_dir
     fingerprint = base_fingerprint(base_dir)
     ev: dict[str, EvalResult] = {}
     ev["base"] = evaluate(store, policy, tasks, False, (), cfg.lesson_tokens, cfg.eval_max_tokens)
     ev["base_lessons"] = evaluate(store, policy, tasks, True, (), cfg.lesson_tokens, cfg.eval_max_tokens, ev["base"])
+    if policy.dtype != training_dtype(policy.device):
+        policy.close()
+        policy = LocalPolicy(model_dir=base_dir, device=policy.device, dtype=training_dtype(policy.device))
+        policy.load()
+    report = screen_data(store, session, rollouts, data, policy, cfg)
 
     # ---- train
     provenance = {**data.provenance(), "session": session, "report": report}

@@ -131,7 +131,9 @@ def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
                           max_seq_len=max_seq_len, seed=(cfg.seed + cycle) % 2**32,
                           # grpo / guide-grpo / distill's guided weights: ratios at the rollouts' sampling temperature
                           temperature=cfg.temperature if cfg.sleep in (*RL_OBJECTIVES, "distill") else 1.0,
-                          kl_coef=cfg.sleep_kl_coef, sample_tokens=cfg.max_tokens),
+                          kl_coef=cfg.sleep_kl_coef, sample_tokens=cfg.max_tokens,
+                          # ratios of the policy-gradient objectives: π_θ without dropout, as π_old was scored
+                          dropout=0.0 if cfg.sleep in RL_OBJECTIVES else TrainConfig().dropout),
     )
 
 
@@ -213,7 +215,7 @@ def sleep(
         arena.distill.data.NoTrainingData: fewer than ``--sleep-min-examples`` examples (one line).
         arena.distill.trainer.TrainingError / arena.distill.weights.AdapterError: training or saving failed.
     """
-    from agents.backends.local import LocalPolicy, ensure_converted
+    from agents.backends.local import LocalPolicy, default_device, ensure_converted, training_dtype
     from arena.distill.pipeline import collect_data, distilled_lessons, rewrite_sidecar, screen_data, train_and_save
     from arena.distill.weights import AdapterSidecar, base_fingerprint
 
@@ -231,7 +233,7 @@ def sleep(
         clear_unregistered(astore, out_dir, session, cycle)
     base_dir = base_model or ensure_converted()
     start = solver.path if cfg.sleep_from == "previous" else None
-    trainee = LocalPolicy(model_dir=base_dir, adapter=start)
+    trainee = LocalPolicy(model_dir=base_dir, adapter=start, dtype=training_dtype(default_device()))
     trainee.load()
     report = screen_data(store, session, rollouts, data, trainee, dcfg)
     provenance = {**data.provenance(), "session": session, "report": report, "cycle": cycle,

@@ -112,17 +112,9 @@ ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 '''
 
 
-class WordPolicy:
-    """The few methods of the local policy that (c) uses, on whitespace 'tokens' (no model)."""
-
-    def prompt_text(self, chat):
-        return " ".join(m["content"] for m in chat)
-
-    def encode(self, text):
-        return text.split()
-
-    def count_tokens(self, text):
-        return len(text.split())
+def words(text):
+    """Whitespace 'tokens' (no model)."""
+    return len(text.split())
 
 
 def stand_in(tmp_path, fail=False):
@@ -135,9 +127,9 @@ def stand_in(tmp_path, fail=False):
 def test_server_baseline_runs_the_binary_with_slots_and_counts_its_completions(tmp_path):
     from arena.bench.rollouts import run_server
 
-    chats = [[{"role": "user", "content": "a b c d"}], [{"role": "user", "content": "a b"}]]
-    got = run_server(stand_in(tmp_path), WordPolicy(), chats, k=3, max_tokens=60, temperature=0.8, concurrency=2,
-                     seed=0, threads=2)
+    chats = [[{"role": "user", "content": "a b c d"}], [{"role": "user", "content": "a b"}]]  # longest: 4
+    got = run_server(stand_in(tmp_path), chats, k=3, max_tokens=60, temperature=0.8, concurrency=2, seed=0, threads=2,
+                     longest_prompt=4, count_tokens=words)
     assert (got.completions, got.tokens) == (6, 18)  # 2 chats × k = 3, 3 words each; the warm-up is not counted
     argv = json.loads((tmp_path / "argv.json").read_text())
     opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("-")}
@@ -151,8 +143,8 @@ def test_a_server_that_exits_at_start_is_one_reason(tmp_path):
     from arena.bench.rollouts import run_server
 
     with pytest.raises(ValueError, match=r"^llama-server exited with code 1 at start: error: failed to load model$"):
-        run_server(stand_in(tmp_path, fail=True), WordPolicy(), [[{"role": "user", "content": "a"}]], k=1,
-                   max_tokens=8, temperature=0.8, concurrency=1, seed=0, threads=1)
+        run_server(stand_in(tmp_path, fail=True), [[{"role": "user", "content": "a"}]], k=1, max_tokens=8,
+                   temperature=0.8, concurrency=1, seed=0, threads=1, longest_prompt=1, count_tokens=words)
 
 
 def test_a_bad_server_path_is_one_line_before_any_model_loads(tmp_path):

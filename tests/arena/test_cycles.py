@@ -12,6 +12,7 @@ import json
 import re
 
 import pytest
+import torch
 from langgraph.checkpoint.memory import InMemorySaver
 from session_scripts import solver_responder, teacher_responder, write_tasks
 
@@ -99,10 +100,11 @@ def test_sleep_from_previous_continues_the_adapter_on_this_cycles_rollouts(setup
     real, trainees = distill.train_and_save, []
 
     def spy(policy, *args, **kw):
-        trainees.append((policy.adapter, hasattr(policy.model, "peft_config")))
+        trainees.append((policy.adapter, hasattr(policy.model, "peft_config"), next(policy.model.parameters()).dtype))
         return real(policy, *args, **kw)
 
     monkeypatch.setattr(distill, "train_and_save", spy)
+    monkeypatch.setenv("ARENA_CPU_DTYPE", "bf16")  # the solvers sample in bf16; sleeps still train on an fp32 base
     one = cfg.model_copy(update={"cycles": 1})
     run_session(one, store, roles(), splits, "first", checkpointer=InMemorySaver(), base_model=tiny)
     parent = cycle_adapters(store, "first")[1]
@@ -117,7 +119,7 @@ def test_sleep_from_previous_continues_the_adapter_on_this_cycles_rollouts(setup
     # the first sleep trained a fresh LoRA on the base; the second started from the parent's weights
     from pathlib import Path
 
-    assert trainees == [(None, False), (Path(parent.path), True)]
+    assert trainees == [(None, False, torch.float32), (Path(parent.path), True, torch.float32)]
 
 
 def test_kill_during_sleep_redoes_it_and_registers_no_half_adapter(setup, tiny, monkeypatch):

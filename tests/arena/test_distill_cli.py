@@ -106,6 +106,28 @@ def test_sft_objective_uses_unguided_successes_only(db, tiny):
     assert out["data"]["skipped"] == {"failed": 2, "guided_not_used": 2}
 
 
+def test_bf16_sampling_evaluates_base_and_adapter_in_bf16_and_trains_in_fp32(db, tiny, monkeypatch):
+    """With bf16 sampling on the CPU, base and adapter are evaluated in the same dtype (a paired comparison of
+    models, not of dtypes) and the adapter is trained on an fp32 base."""
+    import torch
+
+    from arena.distill import pipeline
+    from arena.distill.config import DistillConfig, TrainConfig
+
+    monkeypatch.setenv("ARENA_CPU_DTYPE", "bf16")
+    evaluated, trained = [], []
+    real_evaluate, real_train = pipeline.evaluate, pipeline.train_and_save
+    monkeypatch.setattr(pipeline, "evaluate", lambda store, policy, *a, **k: (
+        evaluated.append(next(policy.model.parameters()).dtype), real_evaluate(store, policy, *a, **k))[1])
+    monkeypatch.setattr(pipeline, "train_and_save", lambda policy, *a, **k: (
+        trained.append(next(policy.model.parameters()).dtype), real_train(policy, *a, **k))[1])
+    with LessonStore(str(db)) as store:
+        pipeline.run_distill(store, str(db), "demo", DistillConfig(objective="sft", eval_max_tokens=2,
+                                                                   train=TrainConfig(max_steps=1)), base_model=tiny)
+    assert evaluated == [torch.bfloat16] * 4  # base, base + lessons, adapter, adapter + lessons
+    assert trained == [torch.float32]
+
+
 def test_no_eligible_data_is_one_line_and_writes_nothing(tmp_path, tiny, arena_inproc):
     db = tmp_path / "arena.db"
     make_session(db, tiny, successes=False)

@@ -107,6 +107,23 @@ def test_groups_advantages_and_what_is_dropped():
     assert [e.rollout_id for e in plain.examples] == [1, 2, 3, 4] and plain.skipped["guided_not_used"] == 2
 
 
+def test_a_verifiers_partial_credit_is_not_an_advantage_with_a_pass_threshold():
+    """chain_sum's verifier gives "-287" for -28 0.75: a wrong answer. With the session's success threshold the group
+    below is all-fail (dropped) and the one after has one pass among four; raw rewards (rubrics) keep the grades."""
+    partial = [roll(1, 1, 0.75), roll(2, 1, 0.0), roll(3, 1, 0.0), roll(4, 1, 0.0)]
+    assert build_rl_dataset(partial, "grpo", pass_threshold=1.0).examples == []
+    assert build_rl_dataset(partial, "grpo", pass_threshold=1.0).skipped["equal_rewards"] == 4
+    raw = build_rl_dataset(partial, "grpo")  # rewards as graded: (0.75 − 0.1875) / std(n − 1) = 0.5625 / 0.375 = 1.5
+    assert [round(e.advantage, 4) for e in raw.examples] == [1.5, -0.5, -0.5, -0.5]
+    mixed = [roll(1, 1, 1.0), roll(2, 1, 0.75), roll(3, 1, 0.0), roll(4, 1, 0.0)]
+    # pass / fail 1, 0, 0, 0: mean 0.25, sample std 0.5 → +1.5 for the pass, −0.5 for each of the others
+    assert [round(e.advantage, 4) for e in build_rl_dataset(mixed, "grpo", pass_threshold=1.0).examples] == [
+        1.5, -0.5, -0.5, -0.5]
+    # a rubric threshold of 0.7 counts the 0.75 as a pass: 1, 1, 0, 0 → ±0.866
+    assert [round(e.advantage, 4) for e in build_rl_dataset(mixed, "grpo", pass_threshold=0.7).examples] == [
+        0.866, 0.866, -0.866, -0.866]
+
+
 def test_bad_groups_are_refused_with_the_reason():
     with pytest.raises(BadTrainingData, match="sampling log-probs"):
         build_rl_dataset([roll(1, 1, 1.0, logprobs=False), roll(2, 1, 0.0, logprobs=False)], "grpo")
@@ -294,6 +311,19 @@ def test_sleep_objectives_and_temperature():
     assert sleep_config(SessionConfig(db="x.db", cycles=2, temperature=0.7), 1).train.temperature == 0.7
     assert sleep_config(SessionConfig(db="x.db", cycles=2, temperature=0.7, sleep_objective="sft"), 1).train.temperature == 1.0
     assert SessionConfig(db="x.db", cycles=2, sleep_objective="grpo").sleep == "grpo"
+
+
+@pytest.mark.parametrize("objective, dropout", [("grpo", 0.0), ("guide-grpo", 0.0), ("sft", 0.05), ("distill", 0.05)])
+def test_policy_gradient_sleeps_train_without_lora_dropout(objective, dropout):
+    """π_θ in PPO's and Guide's ratios is the policy π_old was scored with: no dropout, so the ratio is 1 before any update."""
+    from arena.config import SessionConfig
+    from arena.distill.config import DistillConfig, TrainConfig
+    from arena.session.cycles import sleep_config
+
+    assert sleep_config(SessionConfig(db="x.db", cycles=2, sleep_objective=objective), 1).train.dropout == dropout
+    if dropout == 0.0:
+        with pytest.raises(ValueError, match=rf"{objective} trains with LoRA dropout 0 .* got 0.05; set dropout 0"):
+            DistillConfig(objective=objective, train=TrainConfig(dropout=0.05))
 
 
 def test_distill_rescores_pi_old_under_the_adapter_that_sampled(db, tiny, tmp_path, arena_inproc):  # noqa: F811
