@@ -73,7 +73,7 @@ class SessionConfig(BaseModel):
     proposals: int | None = None  # proposed tasks per family per round; None: 2 with frontier, 0 with fixed
     proposal_samples: int = 4  # independent samples that confirm a proposal's answer where no verifier exists
     proposal_agreement: float = 0.75  # share of those samples that must agree with the proposed answer
-    concurrency: int = 4  # episodes of a round in flight at once (their model calls are batched together)
+    concurrency: int = 8  # episodes of a round in flight at once (their model calls are batched together)
     reflect: bool = True  # the teacher reflects on every group and writes lessons; False: weight-only learning (no lessons)
     # wake–sleep cycles (arena.session.cycles): each cycle is `rounds` rounds of episodes, then a sleep (distillation)
     cycles: int = 1  # wake–sleep cycles; 1 without a sleep objective is a plain session

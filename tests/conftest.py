@@ -93,10 +93,18 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def local_policy():
-    """The real embedded SmolLM2-135M-Instruct (CPU fp32 here; converted once, then cached on disk)."""
+    """The real embedded SmolLM2-135M-Instruct in fp32 (converted once, then cached on disk).
+
+    fp32 whatever ``$ARENA_CPU_DTYPE`` picks: the tests that use it check exact properties (batching leaves a
+    row's tokens unchanged, sampling log-probs equal teacher forcing) that hold up to fp32 rounding (~1e-6);
+    bf16, the default on CPUs with bf16 matmuls, is checked in tests/agents/test_cpu_dtype.py and by every
+    ``arena`` command the suite runs in a subprocess.
+    """
+    import torch
+
     from agents.backends.local import LocalPolicy
 
-    policy = LocalPolicy()
+    policy = LocalPolicy(dtype=torch.float32)
     policy.load()
     return policy
 

@@ -120,7 +120,10 @@ def find_llama_server(path: str | os.PathLike | None) -> Path:
         if found is None:
             raise ServerUnavailable(SERVER_MISSING)
         return Path(found)
-    p = Path(path).expanduser()
+    if not str(path).strip():
+        raise ServerUnavailable("--llama-server: empty path; pass the llama-server binary's path")
+    # absolute: a bare name ("llama-server", "./llama-server" becomes that) would be looked up on PATH by Popen
+    p = Path(path).expanduser().absolute()
     if not (p.is_file() and os.access(p, os.X_OK)):
         raise ServerUnavailable(f"--llama-server {path}: not an executable file")
     return p
@@ -137,8 +140,10 @@ def llama_server(binary: Path, gguf: Path, threads: int, slots: int, ctx_per_slo
                  start_s: float = SERVER_START_S) -> Iterator[str]:
     """Run llama.cpp's ``llama-server`` on a free loopback port for the duration of the block; yields its ``/v1`` URL.
 
-    The server gets ``slots`` parallel slots with continuous batching (``-np slots -cb``), a
-    context of ``slots × ctx_per_slot`` positions, ``threads`` CPU threads for decoding and
+    The server gets ``slots`` parallel slots with continuous batching (``-np slots -cb``), one
+    KV buffer shared by all slots (``-kvu``: 1.2–1.4× its throughput with separate per-slot
+    buffers here, so the baseline runs at its best), a context of ``slots × ctx_per_slot``
+    positions, ``threads`` CPU threads for decoding and
     prefill, and plain sampling by default (top-k / top-p / min-p / repetition penalty off, as
     the other two samplers), so its completions come from the same distribution.
 
@@ -155,7 +160,7 @@ def llama_server(binary: Path, gguf: Path, threads: int, slots: int, ctx_per_slo
     """
     port = _free_port()
     cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-           "-tb", str(threads), "-np", str(slots), "-c", str(slots * ctx_per_slot), "-cb", "--no-webui",
+           "-tb", str(threads), "-np", str(slots), "-c", str(slots * ctx_per_slot), "-cb", "-kvu", "--no-webui",
            "--top-k", "0", "--top-p", "1.0", "--min-p", "0.0", "--repeat-penalty", "1.0"]
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -283,7 +288,7 @@ def bench_rollouts(
     k: int = DEFAULT_K,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     temperature: float = DEFAULT_TEMPERATURE,
-    concurrency: int = 4,
+    concurrency: int = 8,
     seed: int = 0,
     on_baseline_missing=None,
     threads: int | None = None,
@@ -312,7 +317,9 @@ def bench_rollouts(
     Returns:
         ``{"ours_tok_s", "llamacpp_tok_s", "ratio", "server_tok_s", "ratio_server", "prompts", "k"}``
         plus the details (max_tokens, temperature, concurrency, token and completion counts,
-        seconds, threads, slots, batch sizes, load average before the run).
+        seconds, threads, slots, batch sizes, load average before the run), ``ratio_refused`` /
+        ``ratio_server_refused`` (why a ratio is unreliable, or None), ``forced`` (a refused ratio
+        reported anyway) and ``skipped`` (``{"llamacpp" | "server": why}`` for a baseline not run).
 
     Raises:
         ValueError: a count, temperature or thread number out of range; ``llama_server_path``
@@ -332,15 +339,18 @@ def bench_rollouts(
     if threads is not None:
         torch.set_num_threads(threads)
 
-    from agents.backends.local import LocalPolicy
+    from agents.backends.local import LocalPolicy, default_device, default_dtype
     from agents.backends.model_files import smollm2_gguf_path
 
+    default_dtype(default_device())  # a bad $ARENA_CPU_DTYPE is one PolicyError before anything else is said
+    skipped: dict[str, str] = {}
     server_binary: Path | None = None
     try:
         server_binary = find_llama_server(llama_server_path)
     except ServerUnavailable as e:
         if llama_server_path is not None:
             raise ValueError(str(e)) from None
+        skipped["server"] = str(e)
         if on_server_missing is not None:
             on_server_missing(str(e))
 
@@ -349,6 +359,7 @@ def bench_rollouts(
         llama_cpp = load_llama_cpp()
     except BaselineUnavailable as e:
         llama_cpp = None
+        skipped["llamacpp"] = str(e)
         if on_baseline_missing is not None:
             on_baseline_missing(str(e))
     chats = bench_chats(prompts, seed)
@@ -414,6 +425,8 @@ def bench_rollouts(
     result["ratio_server_refused"] = server_refused
     if server_refused is not None and not force:
         result["ratio_server"] = None
+    result["forced"] = bool(force and (refused or server_refused))  # a ratio reported although refused: unreliable
+    result["skipped"] = skipped  # baselines not run: {"llamacpp" | "server": why}
     return result
 
 

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from arena.cli.support import EXIT_INTERRUPTED, fail, fmt_rate, quiet_libraries
+from arena.cli.support import EXIT_INTERRUPTED, fail, fmt_rate, quiet_libraries, stop_on_sigterm
 
 bench_app = typer.Typer(help="Benchmarks that print ratios against a named baseline.", no_args_is_help=True)
 
@@ -72,11 +72,11 @@ def bench_rollouts(
     k: Annotated[int, typer.Option(help="Completions per prompt (group size).")] = 8,
     max_tokens: Annotated[int, typer.Option(help="Completion cap per completion, tokens.")] = 96,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (> 0).")] = 0.8,
-    concurrency: Annotated[int, typer.Option(help="Episode threads for our backend, as `arena run --concurrency`.")] = 4,
+    concurrency: Annotated[int, typer.Option(help="Episode threads for every sampler, as `arena run --concurrency`.")] = 8,
     seed: Annotated[int, typer.Option(help="Seed for task draws and sampling.")] = 0,
     threads: Annotated[Optional[int], typer.Option(help="CPU threads for both samplers (default: all cores).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Report the ratio even when the load or the baseline makes it unreliable.")] = False,
-    llama_server: Annotated[Optional[Path], typer.Option(help="llama.cpp's llama-server binary for the continuous-batching baseline (default: llama-server on PATH; skipped without one).")] = None,
+    llama_server: Annotated[Optional[str], typer.Option(help="llama.cpp's llama-server binary for the continuous-batching baseline (default: llama-server on PATH; skipped without one).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
     """Completion tokens/s of the local backend (batched, as `arena run` samples) vs llama.cpp single-stream and
@@ -86,6 +86,7 @@ def bench_rollouts(
     start or the llama.cpp baseline is far from its known figure on this machine; --force reports it anyway.
     """
     quiet_libraries()
+    stop_on_sigterm()  # like Ctrl-C: the llama.cpp server child is ended on the way out
     from agents.policy import PolicyError
     from arena.bench.rollouts import bench_rollouts as run_bench
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -19,7 +18,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from arena.cli.support import EXIT_INTERRUPTED, config_error, fail, fmt_rate, quiet_libraries
+from arena.cli.support import EXIT_INTERRUPTED, config_error, fail, fmt_rate, quiet_libraries, stop_on_sigterm
 
 
 def run(
@@ -66,10 +65,10 @@ def run(
     proposals: Annotated[Optional[int], typer.Option(help="Proposed tasks per family per round (frontier; default 2).")] = None,
     proposal_samples: Annotated[int, typer.Option(help="Independent samples that must confirm a proposal's answer where no verifier exists.")] = 4,
     proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,
-    concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 4,
+    concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 8,
     reflect: Annotated[bool, typer.Option("--reflect/--no-reflect", help="Teacher reflection on every group (lessons); --no-reflect: weight-only learning.")] = True,
     cycles: Annotated[int, typer.Option(help="Wake–sleep cycles: --rounds rounds of episodes, then a sleep (distillation into a LoRA the next cycle samples with).")] = 1,
-    sleep_objective: Annotated[Optional[str], typer.Option(help="arena distill objective of each sleep: distill, sft, guided-unweighted, grpo or guide-grpo. Default: none with --cycles 1, distill with more.")] = None,
+    sleep_objective: Annotated[Optional[str], typer.Option(help="arena distill objective of each sleep: distill, sft, guided-unweighted, grpo, guide-grpo or opcd. Default: none with --cycles 1, distill with more.")] = None,
     sleep_from: Annotated[str, typer.Option(help="base: each sleep trains a fresh LoRA on every cycle's successes so far (STaR); previous: continue the last adapter on this cycle's.")] = "base",
     sleep_epochs: Annotated[float, typer.Option(help="Passes over a sleep's examples (when --sleep-steps is 0).")] = 4.0,
     sleep_steps: Annotated[int, typer.Option(help="Optimizer steps per sleep, batch 8 (the schedule arena bench learning measured; 0: from --sleep-epochs).")] = 40,
@@ -91,7 +90,7 @@ def run(
     console = Console(stderr=True)
     store = None
     name = resume or session or "NAME"
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill`/`timeout`: stop like Ctrl-C, session marked interrupted
+    stop_on_sigterm()  # `kill`/`timeout`: stop like Ctrl-C, session marked interrupted
     try:
         check_db(db)
         check_database(db)  # a bad path fails here, before the model loads or anything is created
@@ -170,10 +169,6 @@ def run(
         print(json.dumps(summary))
     else:
         print_summary(summary, Console())
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _fmt_eval(e: dict | None) -> str:

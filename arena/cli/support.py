@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +34,16 @@ def fail(message: str, code: int = EXIT_USER_ERROR) -> typer.Exit:
     line = redact_credentials(" ".join(str(message).split()))
     print(f"arena: error: {line}", file=sys.stderr)
     return typer.Exit(code)
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM (``kill``, ``timeout``) raise KeyboardInterrupt in the main thread, so it stops like Ctrl-C:
+    sessions are marked interrupted and child processes (a benchmark's server) are ended on the way out."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def exit_now(code: int) -> None:

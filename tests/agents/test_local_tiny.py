@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from agents.backends.local import LocalPolicy
+from agents.backends.local import LocalPolicy, default_dtype
 from agents.roles.solver import solver_messages
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
@@ -30,7 +30,7 @@ def tiny(request, tiny_dir):
 
 def test_dtype_follows_the_device(tiny):
     dtype = next(tiny.model.parameters()).dtype
-    assert dtype == (torch.bfloat16 if tiny.device.startswith("cuda") else torch.float32)
+    assert dtype == default_dtype(tiny.device)  # bf16 on CUDA; on the CPU what $ARENA_CPU_DTYPE picks (auto by default)
     assert tiny.tokenizer.pad_token_id != tiny.eos_token_id and tiny.tokenizer.padding_side == "left"
 
 

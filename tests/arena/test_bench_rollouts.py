@@ -55,7 +55,8 @@ def test_without_llama_cpp_ours_is_measured_and_one_line_explains(tmp_path):
                      "pip install -e '.[bench]' (the test extra has it too)"]
     r = json.loads(proc.stdout)
     assert r["llamacpp_tok_s"] is None and r["ratio"] is None and r["prompts"] == 2 and r["k"] == 2
-    assert r["server_tok_s"] is None and r["ratio_server"] is None
+    assert r["server_tok_s"] is None and r["ratio_server"] is None and r["forced"] is False
+    assert sorted(r["skipped"]) == ["llamacpp", "server"] and "llama-cpp-python is not installed" in r["skipped"]["llamacpp"]
     assert r["ours"]["completions"] == 4 and 0 < r["ours"]["tokens"] <= 16 and r["ours_tok_s"] > 0
 
 
@@ -135,7 +136,8 @@ def test_server_baseline_runs_the_binary_with_slots_and_counts_its_completions(t
     opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("-")}
     # 2 threads × 3 completions in flight = 6 slots; each holds the longest prompt (4) + 60 + 8, rounded up to 64
     assert opt["-np"] == "6" and opt["-c"] == str(6 * 128) and opt["-t"] == "2" and opt["-tb"] == "2"
-    assert "-cb" in argv and (opt["--top-k"], opt["--top-p"], opt["--min-p"], opt["--repeat-penalty"]) == ("0", "1.0", "0.0", "1.0")
+    assert "-cb" in argv and "-kvu" in argv  # continuous batching, one KV buffer for every slot
+    assert (opt["--top-k"], opt["--top-p"], opt["--min-p"], opt["--repeat-penalty"]) == ("0", "1.0", "0.0", "1.0")
     assert opt["--host"] == "127.0.0.1"
 
 
@@ -162,3 +164,56 @@ def test_without_a_server_on_path_the_server_row_is_skipped_with_one_line(monkey
     with pytest.raises(ServerUnavailable) as e:
         find_llama_server(None)
     assert str(e.value) == SERVER_MISSING
+
+
+def test_a_relative_server_path_runs_that_binary_not_one_on_path(tmp_path, monkeypatch):
+    from arena.bench.rollouts import find_llama_server
+
+    binary = stand_in(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert find_llama_server("./llama-server") == binary  # absolute: Popen would look a bare name up on PATH
+    assert find_llama_server("llama-server") == binary
+
+
+def test_an_empty_server_path_says_so():
+    assert_one_line_error(arena("bench", "rollouts", "--llama-server", ""), "--llama-server: empty path")
+
+
+def test_a_bad_cpu_dtype_is_the_only_line(tmp_path):
+    """Checked before the baselines are looked for: one line, not a 'skipped' line and then the error."""
+    proc = arena("bench", "rollouts", env={"ARENA_CPU_DTYPE": "fp16", "PATH": os.path.dirname(sys.executable)})
+    assert_one_line_error(proc, "ARENA_CPU_DTYPE='fp16' is not a CPU dtype")
+
+
+# A process that starts a server that never answers, then is sent SIGTERM while it waits for /health.
+TERMINATED = """
+import sys
+from pathlib import Path
+from arena.bench.rollouts import llama_server
+from arena.cli.support import stop_on_sigterm
+stop_on_sigterm()
+try:
+    with llama_server(Path(sys.argv[1]), Path("model.gguf"), 1, 1, 64, start_s=120):
+        pass
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_sigterm_while_the_server_starts_ends_the_server_too(tmp_path):
+    import signal
+    import time
+
+    hang = tmp_path / "llama-server"
+    hang.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\nexec sleep 600\n")
+    hang.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-c", TERMINATED, str(hang)])
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text().strip():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    child = int((tmp_path / "pid").read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 130
+    with pytest.raises(ProcessLookupError):  # terminated and reaped, not left running
+        os.kill(child, 0)

@@ -368,9 +368,10 @@ def test_real_model_lora_step_and_plain_peft_round_trip(tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from agents.backends.local import LocalPolicy
+    from agents.backends.local import LocalPolicy, default_device, training_dtype
 
-    p = LocalPolicy()  # its own copy: LoRA layers are injected into the model it trains
+    # its own copy (LoRA layers are injected into the model it trains), in the dtype sleeps train in: fp32 on the CPU
+    p = LocalPolicy(dtype=training_dtype(default_device()))
     p.load()
     tok = p.tokenizer
     exs = [DistillExample("sft", i, f"t{i}", solver_messages(f"What is {i} + 2?"),

@@ -8,6 +8,7 @@ OpenAI backend for both roles against the fault-injecting server of tests/agents
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import pytest
@@ -278,7 +279,10 @@ def test_a_dead_endpoint_stops_the_session_after_faults_in_a_row_and_resume_fini
         run(dead, max_consecutive_faults=3)
     msg = str(e.value)
     assert "\n" not in msg and dead.base_url in msg and "'M'" in msg
-    assert "failed 3 requests in a row" in msg and "--resume" in msg
+    # the 3rd fault in a row stops it; requests already in flight from the other episodes may fail too before the
+    # stop reaches them (8 episodes in flight by default), and the message counts what really failed
+    n = int(re.search(r"failed (\d+) requests in a row", msg).group(1))
+    assert 3 <= n <= 3 + 2 * cfg.rollouts and "--resume" in msg
     assert store.get_session("s").status != "finished"
     alive = fault_server(["normal"], content=content)
     policy = OpenAIPolicy("M", base_url=alive.base_url, max_retries=0)
