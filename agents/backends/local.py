@@ -66,8 +66,9 @@ def cpu_bf16_matmul_flag(cpuinfo: str | None = None) -> str | None:
     ``amx_bf16`` (Intel Sapphire Rapids and later: oneDNN runs bf16 matmuls on the tile unit) or
     ``avx512_bf16`` (bf16 dot products: AMD Zen 4 and later, Intel Cooper Lake). bf16 halves the
     weights' memory traffic and doubles the dot products per instruction: SmolLM2's decode runs
-    1.6–2.2× faster on both kinds (bench/RESULTS.md, "bf16 on a CPU with AMX" and "bf16 sampling
-    on Zen 4"). Without either, torch emulates bf16 and it is slower than fp32. None where
+    1.6–2.4× faster on both kinds (bench/RESULTS.md, "bf16 on a CPU with AMX" and "Rollout speed
+    against llama.cpp's server, bf16 on Zen 4"). Without either, torch emulates bf16 and it is
+    slower than fp32. None where
     /proc/cpuinfo is absent (not Linux).
 
     Args:

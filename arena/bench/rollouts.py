@@ -39,8 +39,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 DEFAULT_PROMPTS = 16
@@ -143,9 +143,9 @@ def llama_server(binary: Path, gguf: Path, threads: int, slots: int, ctx_per_slo
     The server gets ``slots`` parallel slots with continuous batching (``-np slots -cb``), one
     KV buffer shared by all slots (``-kvu``: 1.2–1.4× its throughput with separate per-slot
     buffers here, so the baseline runs at its best), a context of ``slots × ctx_per_slot``
-    positions, ``threads`` CPU threads for decoding and
-    prefill, and plain sampling by default (top-k / top-p / min-p / repetition penalty off, as
-    the other two samplers), so its completions come from the same distribution.
+    positions, ``threads`` CPU threads for decoding and prefill, and plain sampling by default
+    (top-k / top-p / min-p / repetition penalty off, as the other two samplers), so its
+    completions come from the same distribution.
 
     Args:
         binary: the ``llama-server`` executable.

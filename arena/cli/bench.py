@@ -74,7 +74,7 @@ def bench_rollouts(
     temperature: Annotated[float, typer.Option(help="Sampling temperature (> 0).")] = 0.8,
     concurrency: Annotated[int, typer.Option(help="Episode threads for every sampler, as `arena run --concurrency`.")] = 8,
     seed: Annotated[int, typer.Option(help="Seed for task draws and sampling.")] = 0,
-    threads: Annotated[Optional[int], typer.Option(help="CPU threads for both samplers (default: all cores).")] = None,
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads for every sampler (default: all cores).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Report the ratio even when the load or the baseline makes it unreliable.")] = False,
     llama_server: Annotated[Optional[str], typer.Option(help="llama.cpp's llama-server binary for the continuous-batching baseline (default: llama-server on PATH; skipped without one).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
