@@ -106,6 +106,11 @@ def default_dtype(device: str) -> torch.dtype:
     return CPU_DTYPES[choice]
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """The short name of a sampling dtype as ``$ARENA_CPU_DTYPE`` spells it (``fp32``, ``bf16``), else torch's name."""
+    return next((k for k, v in CPU_DTYPES.items() if v == dtype), str(dtype).replace("torch.", ""))
+
+
 def training_dtype(device: str) -> torch.dtype:
     """The dtype of a base model that a LoRA adapter is trained on (and π_old rescored with): bf16 on CUDA, fp32 on the CPU.
 

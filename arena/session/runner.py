@@ -128,19 +128,52 @@ def checkpoint_path(store: LessonStore) -> Path:
     return Path(f"{store.server_slug}.checkpoints.sqlite")
 
 
-def open_session(store: LessonStore, cfg: SessionConfig, splits: TaskSplits, session_name: str, resume: bool) -> int:
-    """Create the session row, or check and reopen it for a resume; its tasks are (re)stored. Returns its id.
+def sampling_dtype(solver: Policy) -> str | None:
+    """The dtype a local solver samples in (``fp32`` / ``bf16``, :func:`agents.backends.local.dtype_name`); None for an API solver."""
+    dtype = getattr(solver, "dtype", None)
+    if dtype is None:
+        return None
+    from agents.backends.local import dtype_name
 
-    A resume is refused when a stored task's question differs from the rebuilt one (the task
-    file was edited), tasks drawn or proposed during the session aside.
+    return dtype_name(dtype)
+
+
+def check_sampling_dtype(cfg: SessionConfig, session_name: str, current: str | None) -> None:
+    """Refuse to resume a session in another sampling dtype than it started in.
+
+    A session's rollouts, held-out evaluations and sleeps' π_old are all scored in the dtype the
+    solver sampled in (``$ARENA_CPU_DTYPE``); a resume under another one would mix them silently,
+    and bf16 against fp32 moves greedy pass@1 by a few points (bench/RESULTS.md).
 
     Raises:
-        lessons.library.store.StoreError: the session exists (new), does not (resume), or its tasks changed.
+        lessons.library.store.StoreError: the stored and the current dtype are both known and differ.
+    """
+    stored = cfg.sampling_dtype
+    if stored is not None and current is not None and stored != current:
+        from agents.backends.local import CPU_DTYPE_ENV
+
+        raise StoreError(f"session {session_name!r} sampled in {stored}, this process samples in {current}; "
+                         f"resume it with {CPU_DTYPE_ENV}={stored}")
+
+
+def open_session(store: LessonStore, cfg: SessionConfig, splits: TaskSplits, session_name: str, resume: bool,
+                 dtype: str | None = None) -> int:
+    """Create the session row, or check and reopen it for a resume; its tasks are (re)stored. Returns its id.
+
+    A new session stores ``dtype`` (the solver's sampling dtype, :func:`sampling_dtype`) with its
+    settings. A resume is refused when a stored task's question differs from the rebuilt one (the
+    task file was edited), tasks drawn or proposed during the session aside, or when ``dtype``
+    differs from the stored one (:func:`check_sampling_dtype`).
+
+    Raises:
+        lessons.library.store.StoreError: the session exists (new), does not (resume), its tasks
+            changed, or it sampled in another dtype.
     """
     if resume:
         info = store.get_session(session_name)
         if info is None:
             raise StoreError(f"no session named {session_name!r} in {store.url}; see `arena run --help`")
+        check_sampling_dtype(cfg, session_name, dtype)
         session_id = info.id
         current = {(x.task_key, x.question) for x in [*splits.train, *splits.heldout]}
         added = SessionCurriculum.added_task_keys(store, session_id)  # drawn or proposed during the session
@@ -155,7 +188,7 @@ def open_session(store: LessonStore, cfg: SessionConfig, splits: TaskSplits, ses
             )
         store.set_session_status(session_id, "running")
     else:
-        stored = {**cfg.model_dump(mode="json"), "db": redact_credentials(cfg.db)}  # a shared library holds no password
+        stored = {**cfg.model_dump(mode="json"), "db": redact_credentials(cfg.db), "sampling_dtype": dtype}  # a shared library holds no password
         session_id = store.create_session(session_name, stored, cfg.seed)
     store.upsert_tasks(session_id, [*splits.train, *splits.heldout])
     return session_id
@@ -466,11 +499,12 @@ def run_session(
         (``{"pass_at_1", "n", "ci95"}``), per-round statistics and wall time.
 
     Raises:
-        lessons.library.store.StoreError: the session exists (new) or does not (resume).
+        lessons.library.store.StoreError: the session exists (new), does not (resume), or sampled in
+            another dtype than ``roles.solver`` (resume).
         KeyboardInterrupt: propagated after marking the session ``interrupted``.
     """
     t_start = time.perf_counter()
-    session_id = open_session(store, cfg, splits, session_name, resume)
+    session_id = open_session(store, cfg, splits, session_name, resume, sampling_dtype(roles.solver))
     run = SessionRun(cfg, store, roles, splits, session_name, session_id, console, checkpointer, on_episode, base_model)
     try:
         run.run()
