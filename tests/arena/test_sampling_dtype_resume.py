@@ -40,9 +40,8 @@ def interrupted(tmp_path):
     def stop(state):
         raise KeyboardInterrupt
 
-    with LessonStore(cfg.db) as store:
-        with pytest.raises(KeyboardInterrupt):
-            run_session(cfg, store, roles(torch.bfloat16), splits, "s", checkpointer=InMemorySaver(), on_episode=stop)
+    with LessonStore(cfg.db) as store, pytest.raises(KeyboardInterrupt):
+        run_session(cfg, store, roles(torch.bfloat16), splits, "s", checkpointer=InMemorySaver(), on_episode=stop)
     return cfg, splits
 
 
