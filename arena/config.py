@@ -66,7 +66,7 @@ class SessionConfig(BaseModel):
     online_rubrics: int = 0  # every N episodes, add criteria that separate current from reference rollouts; 0: off
     include_flagged: bool = False  # let reward-hack-flagged rollouts reach reflection (excluded by default)
     adapter: str | None = None  # LoRA adapter directory of the local solver (arena distill); its distilled lessons leave the prompt
-    sampling_dtype: Literal["fp32", "bf16"] | None = None  # what the local solver samples in; set when the session starts, a resume must match; None: API solver or older session
+    sampling_dtype: str | None = None  # what the local solver samples in (fp32, bf16); set when the session starts, a resume must match; None: API solver or older session
     # self-play curriculum (arena.session.curriculum)
     curriculum: Literal["fixed", "frontier"] = "fixed"  # fixed: train difficulty never moves; frontier: band control per family
     target_pass: tuple[float, float] = (0.3, 0.7)  # band of train pass@1 per family and round that frontier keeps
