@@ -95,6 +95,11 @@ def run(
         check_db(db)
         check_database(db)  # a bad path fails here, before the model loads or anything is created
         if resume:
+            from lessons.db.engine import parse_url, sqlite_file
+
+            path = sqlite_file(parse_url(db))
+            if path is not None and not path.exists():  # a mistyped path: say so, create nothing
+                raise StoreError(f"no database at {path}; nothing to resume")
             store = LessonStore(db)
             info = store.get_session(resume)
             if info is None:

@@ -78,6 +78,13 @@ def test_existing_session_name_and_unknown_resume(existing_db):
     assert_one_line_error(arena("run", "--db", str(existing_db), "--resume", "nope"), "no session named 'nope'")
 
 
+def test_resume_on_a_mistyped_database_path_creates_no_file(tmp_path):
+    """A new user's trial (session 11): the refused resume left an empty library at the typo's path."""
+    typo = tmp_path / "typo.db"
+    assert_one_line_error(arena("run", "--db", str(typo), "--resume", "s"), f"no database at {typo}")
+    assert not typo.exists()
+
+
 def test_not_a_database(tmp_path):
     f = tmp_path / "junk.db"
     f.write_bytes(os.urandom(4096))
