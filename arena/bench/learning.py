@@ -19,6 +19,10 @@ Every condition runs on the same train tasks, seeds and held-out tasks, each in 
 - ``oracle``: a LoRA trained on reference answers of the same train tasks with the same
   optimizer steps as one sleep: the ceiling, reported only as a ceiling.
 
+The hinted conditions (``distill``, ``guide-grpo``, ``opcd``, ``loop``) take the session's hint modes
+(``feedback,answer``) unless ``hint_modes`` says otherwise: ``plan`` or ``feedback`` alone give
+guidance without the answer, as Guide's hints do; ``answer`` is STaR's rationalization.
+
 Each reports held-out greedy pass@1 (Wilson 95% CI) with the exact McNemar test and the paired
 difference against ``base``; sampled pass@1 and pass@k on a subset of the held-out tasks; the
 rollouts, training tokens and wall time it spent; and its curve of held-out pass@1 against
@@ -45,6 +49,8 @@ from lessons.outcomes import HELDOUT_AFTER, HELDOUT_BEFORE, eval_name
 CONDITIONS = ("base", "lessons", "sft", "distill", "grpo", "guide-grpo", "opcd", "loop", "oracle")
 # on-policy objectives: each sleep continues the adapter that sampled the cycle's rollouts
 ON_POLICY = ("grpo", "guide-grpo", "opcd")
+# conditions whose all-fail groups get hints (--hint-mode chooses which)
+HINTED = ("distill", "guide-grpo", "opcd", "loop")
 
 
 class LearningBenchError(ValueError):
@@ -72,6 +78,9 @@ class LearningBenchConfig:
     pass_k: int = 8  # k of the sampled held-out pass@k
     pass_k_tasks: int = 32  # held-out tasks (the first ones) of the sampled pass@1 / pass@k
     seed: int = 0  # task draws and sampling
+    # hints of the hinted conditions (distill, guide-grpo, opcd, loop); None: the session default (feedback,
+    # answer); [] turns them off. sft, grpo and lessons never get hints: that is what they ablate.
+    hint_modes: list[str] | None = None
     conditions: list[str] = field(default_factory=lambda: list(CONDITIONS))
 
     def __post_init__(self) -> None:
@@ -95,6 +104,13 @@ class LearningBenchConfig:
             raise LearningBenchError(f"--sleep-lr must be in (0, 1], got {self.sleep_lr}")
         if self.utility_every < 0:
             raise LearningBenchError(f"--utility-every must be >= 0 (0: off), got {self.utility_every}")
+        if self.hint_modes is not None:
+            from agents.roles.hints import HintModeError, parse_hint_modes
+
+            try:
+                self.hint_modes = list(parse_hint_modes(self.hint_modes))
+            except HintModeError as e:
+                raise LearningBenchError(str(e)) from None
 
     @classmethod
     def quick(cls, **overrides: Any) -> LearningBenchConfig:
@@ -113,6 +129,7 @@ def session_config(name: str, bcfg: LearningBenchConfig, db: Path) -> SessionCon
         teacher_max_tokens=bcfg.teacher_max_tokens, concurrency=bcfg.concurrency,
         session=name, sleep_steps=bcfg.sleep_steps, sleep_lr=bcfg.sleep_lr, sleep_min_examples=bcfg.sleep_min_examples,
     )
+    hints = {"hint_modes": bcfg.hint_modes} if bcfg.hint_modes is not None and name in HINTED else {}
     if name == "lessons":
         return SessionConfig(**common, rounds=bcfg.rounds * bcfg.cycles, cycles=1, hint_modes=[],
                              utility_every=bcfg.utility_every)
@@ -121,19 +138,19 @@ def session_config(name: str, bcfg: LearningBenchConfig, db: Path) -> SessionCon
                              utility_every=0, reflect=False, sleep_objective="sft")
     if name == "distill":
         return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, lesson_tokens=0, utility_every=0,
-                             reflect=False, sleep_objective="distill")
+                             reflect=False, sleep_objective="distill", **hints)
     # with one cycle the previous policy is the base: --sleep-from base trains the same thing
     on_policy = {"sleep_from": "previous"} if bcfg.cycles > 1 else {}
     if name in ("grpo", "guide-grpo"):
         return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, lesson_tokens=0, utility_every=0,
                              reflect=False, sleep_objective=name, **on_policy,
-                             **({"hint_modes": []} if name == "grpo" else {}))
+                             **({"hint_modes": []} if name == "grpo" else hints))
     if name == "opcd":
         return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, utility_every=bcfg.utility_every,
-                             sleep_objective="opcd", **on_policy)
+                             sleep_objective="opcd", **on_policy, **hints)
     if name == "loop":
         return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, utility_every=bcfg.utility_every,
-                             **({"sleep_objective": "distill"} if bcfg.cycles == 1 else {}))
+                             **({"sleep_objective": "distill"} if bcfg.cycles == 1 else {}), **hints)
     raise ValueError(f"{name} is not a session condition")
 
 

@@ -151,6 +151,7 @@ def bench_learning(
     utility_every: Annotated[Optional[int], typer.Option(help="Utility A/B every N episodes in lessons and loop (default 32; --quick off).")] = None,
     pass_k_tasks: Annotated[Optional[int], typer.Option(help="Held-out tasks of the sampled pass@1 / pass@k (default 32).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of task draws and sampling.")] = 0,
+    hint_mode: Annotated[Optional[list[str]], typer.Option("--hint-mode", help="Hints of distill, guide-grpo, opcd and loop: plan, feedback, answer (repeatable or comma-separated) or none. Default: feedback,answer.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
     """Does the loop make the solver better? base, lessons, sft, distill, grpo, guide-grpo, opcd, loop and the oracle ceiling at one rollout budget."""
@@ -164,7 +165,7 @@ def bench_learning(
     given = {k: v for k, v in dict(
         family=family, train_tasks=train_tasks, heldout_tasks=heldout_tasks, rollouts=rollouts, rounds=rounds,
         cycles=cycles, sleep_steps=sleep_steps, sleep_lr=sleep_lr, utility_every=utility_every,
-        pass_k_tasks=pass_k_tasks, seed=seed,
+        pass_k_tasks=pass_k_tasks, seed=seed, hint_modes=list(hint_mode) if hint_mode is not None else None,
         conditions=[c for spec in condition for c in spec.split(",") if c] if condition else None,
     ).items() if v is not None}
     console = Console(stderr=True)

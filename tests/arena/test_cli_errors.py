@@ -173,6 +173,7 @@ def test_sleep_flags_are_checked_even_without_a_sleep(existing_db, args, fragmen
 @pytest.mark.parametrize("args, fragment", [
     (["--sleep-lr", "0"], "--sleep-lr must be in (0, 1]"),
     (["--cycles", "101"], "--cycles must be <= 20"),
+    (["--hint-mode", "feedback,answers"], "unknown hint mode 'answers'"),
 ])
 def test_bench_learning_checks_every_setting_before_running(tmp_path, args, fragment):
     out = tmp_path / "o"

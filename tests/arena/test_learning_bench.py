@@ -44,6 +44,20 @@ def test_on_policy_rows_continue_the_sampling_adapter(tmp_path):
     assert session_config("grpo", one, tmp_path / "g.db").sleep_from == "base"
 
 
+def test_hint_modes_reach_only_the_hinted_conditions(tmp_path):
+    bcfg = LearningBenchConfig(hint_modes=["feedback,plan"])
+    assert bcfg.hint_modes == ["plan", "feedback"]  # canonical order, as arena run stores them
+    cfgs = {c: session_config(c, bcfg, tmp_path / f"{c}.db") for c in ("lessons", "sft", "distill", "grpo", "guide-grpo", "opcd", "loop")}
+    for name in ("distill", "guide-grpo", "opcd", "loop"):
+        assert cfgs[name].hint_modes == ["plan", "feedback"]
+    for name in ("lessons", "sft", "grpo"):  # the ablations stay hint-free whatever --hint-mode says
+        assert cfgs[name].hint_modes == []
+    off = LearningBenchConfig(hint_modes=["none"])
+    assert session_config("guide-grpo", off, tmp_path / "g.db").hint_modes == []
+    with pytest.raises(LearningBenchError, match="unknown hint mode 'answers'"):
+        LearningBenchConfig(hint_modes=["answers"])
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(LearningBenchError, match="unknown condition"):
         LearningBenchConfig(conditions=["base", "magic"])
