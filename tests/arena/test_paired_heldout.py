@@ -1,0 +1,79 @@
+"""`bench/paired_heldout.py`: paired McNemar between bench conditions, refusing tasks that differ, pooling seeds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from arena.stats import wilson_interval
+from lessons.library.store import LessonStore
+from lessons.outcomes import count_passes
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "paired_heldout.py"
+EVAL = "heldout_cycle2_no_lessons"
+
+
+class _Task:
+    def __init__(self, key: str, question: str) -> None:
+        self.task_key, self.question, self.answer, self.split, self.family = key, question, "0", "heldout", "chain_sum"
+        self.source, self.metadata = "reasoning_gym", {}
+
+
+def library(path: Path, questions: list[str], rewards: list[float]) -> str:
+    """A bench library: one session whose held-out tasks are ``questions``, evaluated with ``rewards``."""
+    tasks = [_Task(f"chain_sum/heldout/{i:05d}", q) for i, q in enumerate(questions)]
+    with LessonStore(str(path)) as store:
+        sid = store.create_session(path.stem, {"families": ["chain_sum"]}, seed=0)
+        store.upsert_tasks(sid, tasks)
+        rows = [{"task_key": t.task_key, "reward": r, "lessons": []} for t, r in zip(tasks, rewards, strict=True)]
+        store.record_evaluation(sid, EVAL, "heldout", False, rewards,
+                                wilson_interval(count_passes(rewards), len(rewards)), {"tasks": rows})
+    return str(path)
+
+
+def paired(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), EVAL, *args], capture_output=True, text=True, check=False)
+
+
+def test_pairs_by_task_and_counts_discordant_tasks(tmp_path):
+    qs = ["1 + 2", "3 + 4", "5 + 6", "7 + 8"]
+    a = library(tmp_path / "a.db", qs, [1.0, 1.0, 0.0, 1.0])
+    b = library(tmp_path / "b.db", qs, [0.0, 1.0, 0.0, 0.0])
+    out = paired(f"a={a}", f"b={b}")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    # a alone passes tasks 0 and 3, b alone none: exact McNemar p = 2 * 0.5^2 = 0.5
+    assert (got["n"], got["a_only"], got["b_only"], got["diff"], got["runs"]) == (4, 2, 0, 0.5, 1)
+    assert abs(got["p_value"] - 0.5) < 1e-9
+
+
+def test_same_keys_but_other_questions_are_refused_not_paired(tmp_path):
+    # another --seed draws other tasks under the same keys: pairing them would be a wrong test
+    a = library(tmp_path / "a.db", ["1 + 2", "3 + 4"], [1.0, 0.0])
+    b = library(tmp_path / "b.db", ["9 + 9", "3 + 4"], [1.0, 0.0])
+    out = paired(f"a={a}", f"b={b}")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == "paired_heldout: a and b were evaluated on different tasks (another --seed or task set?)"
+
+
+def test_seeds_pool_in_the_order_given(tmp_path):
+    s0, s1 = ["1 + 2", "3 + 4"], ["9 + 9", "8 + 8"]
+    a0, a1 = library(tmp_path / "a0.db", s0, [1.0, 1.0]), library(tmp_path / "a1.db", s1, [1.0, 0.0])
+    b0, b1 = library(tmp_path / "b0.db", s0, [0.0, 1.0]), library(tmp_path / "b1.db", s1, [0.0, 0.0])
+    got = json.loads(paired(f"a={a0},{a1}", f"b={b0},{b1}").stdout)
+    assert (got["n"], got["runs"], got["a_only"], got["b_only"], got["a_pass_at_1"]) == (4, 2, 2, 0, 0.75)
+    swapped = paired(f"a={a0},{a1}", f"b={b1},{b0}")  # seeds listed in another order: refused
+    assert swapped.returncode == 2 and "different tasks" in swapped.stderr
+
+
+def test_a_missing_library_or_evaluation_is_one_line(tmp_path):
+    a = library(tmp_path / "a.db", ["1 + 2"], [1.0])
+    for args, fragment in (([f"a={a}", f"b={tmp_path / 'nope.db'}"], "cannot read"),
+                           ([f"a={a}", "b"], "usage:")):
+        out = paired(*args)
+        assert out.returncode == 2 and fragment in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    out = subprocess.run([sys.executable, str(SCRIPT), "heldout_cycle9", f"a={a}", f"b={a}"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 2 and "no evaluation 'heldout_cycle9'" in out.stderr
