@@ -31,6 +31,9 @@ PLAN_SYSTEM = (
     "You are shown the correct answer so your plan is right, but NEVER write the answer itself."
 )
 PLAN_ATTEMPTS = 3  # a plan that states the answer is regenerated up to this many times in all
+# A plan that claims a final answer ("The correct answer is 8", "<answer>8</answer>"): right, it leaks;
+# wrong (a small teacher often computes wrongly), it misleads the guided re-attempt. Either way it is no plan.
+_ANSWER_CLAIM = re.compile(r"<answer>|\b(?:answer|result)\s*(?:is|=|:|would be|should be|will be)\s*[-−+]?\d", re.IGNORECASE)
 
 
 class HintModeError(ValueError):
@@ -120,7 +123,7 @@ def plan_hint(
     seed: int | None = None,
     attempts: int = PLAN_ATTEMPTS,
 ) -> tuple[str, list[str]]:
-    """The teacher's plan; regenerated (new seed) while it states the reference answer.
+    """The teacher's plan; regenerated (new seed) while it states the reference answer or claims any final answer.
 
     Returns ``(text, rejected)``; ``text`` is "" when every attempt leaked or was empty.
     """
@@ -136,6 +139,8 @@ def plan_hint(
             rejected.append("plan rejected (empty)")
         elif contains_token(text, reference_answer.strip()):
             rejected.append(f"plan rejected (contains the reference answer): {text!r}")
+        elif _ANSWER_CLAIM.search(text):
+            rejected.append(f"plan rejected (states a final answer): {text!r}")
         else:
             return text, rejected
     return "", rejected

@@ -124,6 +124,20 @@ def test_plan_that_states_the_answer_is_rejected_and_regenerated():
     assert len(t.calls) == 3
 
 
+def test_plan_that_claims_a_wrong_answer_is_rejected_too():
+    # seen in session 12's guide-grpo run: "The correct answer is 8." for a task whose answer was not 8
+    replies = iter(["The plan is correct, but the answer is incorrect. The correct answer is 8.",
+                    "So the result is -37.", "Write <answer>12</answer>.",
+                    "Add the tens (40 + 10), then the ones (3 + 4); the answer is their total."])
+    t = FakePolicy(lambda m, i: next(replies))
+    failed = [FailedAttempt("<answer>50</answer>", "50", "answer '50' is incorrect")]
+    assert write_hint(t, ("plan",), "What is 43 + 14?", failed, "57") is None  # three attempts, all claims
+    hint = write_hint(t, ("plan",), "What is 43 + 14?", failed, "57")
+    assert hint.text.startswith("Add the tens") and hint.rejected == []
+    first = write_hint(FakePolicy(lambda m, i: "The answer is 8."), ("plan", "feedback"), "What is 43 + 14?", failed, "57")
+    assert first.mode == "feedback" and all("states a final answer" in r for r in first.rejected)
+
+
 def test_plan_that_always_leaks_is_dropped_and_other_parts_remain():
     t = FakePolicy(lambda m, i: "It is 57.")
     failed = [FailedAttempt("<answer>50</answer>", "50", "answer '50' is incorrect")]
