@@ -33,7 +33,8 @@ PLAN_SYSTEM = (
 PLAN_ATTEMPTS = 3  # a plan that states the answer is regenerated up to this many times in all
 # A plan that claims a final answer ("The correct answer is 8", "<answer>8</answer>"): right, it leaks;
 # wrong (a small teacher often computes wrongly), it misleads the guided re-attempt. Either way it is no plan.
-_ANSWER_CLAIM = re.compile(r"<answer>|\b(?:answer|result)\s*(?:is|=|:|would be|should be|will be)\s*[-−+]?\d", re.IGNORECASE)
+_ANSWER_CLAIM = re.compile(r"<answer>|\b(?:answer|result)\b[^.\n]{0,40}?(?:\b(?:is|would be|should be|will be|equals)\b|[=:])"
+                           r"\s*[-−+]?\d", re.IGNORECASE)
 
 
 class HintModeError(ValueError):

@@ -134,6 +134,10 @@ def test_plan_that_claims_a_wrong_answer_is_rejected_too():
     assert write_hint(t, ("plan",), "What is 43 + 14?", failed, "57") is None  # three attempts, all claims
     hint = write_hint(t, ("plan",), "What is 43 + 14?", failed, "57")
     assert hint.text.startswith("Add the tens") and hint.rejected == []
+    for claim in ("The final answer to the arithmetic problem is 2.", "Answer = 12", "the answer: −5", "Result is 7"):
+        assert write_hint(FakePolicy(lambda m, i, c=claim: c), ("plan",), "What is 43 + 14?", failed, "57") is None, claim
+    for plan in ("The answer is their sum.", "The result comes from adding 43 and 14 in two steps.", "Add the tens first; 40 + 10 = 50."):
+        assert write_hint(FakePolicy(lambda m, i, p=plan: p), ("plan",), "What is 43 + 14?", failed, "57").text == plan
     first = write_hint(FakePolicy(lambda m, i: "The answer is 8."), ("plan", "feedback"), "What is 43 + 14?", failed, "57")
     assert first.mode == "feedback" and all("states a final answer" in r for r in first.rejected)
 
