@@ -21,6 +21,7 @@ import itertools
 import json
 import sqlite3
 import sys
+from pathlib import Path
 
 from arena.stats import paired_comparison
 from lessons.outcomes import passes
@@ -30,22 +31,61 @@ def per_task(db: str, name: str) -> dict[str, tuple[str, bool]] | None:
     """task key → (question, passed) of evaluation ``name`` in the library ``db`` (read-only); None when not recorded.
 
     Raises:
-        sqlite3.Error: ``db`` is not a readable library.
+        sqlite3.Error: ``db`` is not a readable library, or the evaluation has no per-task results.
     """
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+    path = Path(db)
+    if not path.is_file():
+        raise sqlite3.OperationalError("no such file")
+    # as_uri() percent-encodes '#', '?' and '%', which a raw "file:" URI would read as its own syntax
+    with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as conn:
         row = conn.execute("SELECT session_id, details FROM evaluations WHERE name = ?", (name,)).fetchone()
         if row is None:
             return None
         questions = dict(conn.execute("SELECT task_key, question FROM tasks WHERE session_id = ?", (row[0],)))
-    return {r["task_key"]: (questions.get(r["task_key"], ""), r["reward"] is not None and passes(r["reward"]))
-            for r in json.loads(row[1])["tasks"]}
+    try:
+        rows = json.loads(row[1])["tasks"]
+        return {r["task_key"]: (questions.get(r["task_key"], ""), r["reward"] is not None and passes(r["reward"]))
+                for r in rows}
+    except (ValueError, KeyError, TypeError) as e:
+        raise sqlite3.DatabaseError(f"evaluation {name!r} has no per-task results ({type(e).__name__}: {e})") from None
+
+
+USAGE = "usage: paired_heldout.py EVALUATION NAME=DB[,DB...] NAME=DB[,DB...] [...]"
+
+
+def parse_conditions(args: list[str]) -> dict[str, list[str]]:
+    """``["a=x.db,y.db", "b=z.db,w.db"]`` → ``{"a": ["x.db", "y.db"], ...}``.
+
+    Raises:
+        ValueError: a missing ``=``, an empty name or path, a name given twice, or a library listed
+            twice in one condition (pooling it twice would double its tasks); one line.
+    """
+    conds: dict[str, list[str]] = {}
+    for a in args:
+        key, sep, value = a.partition("=")
+        dbs = value.split(",")
+        if not sep or not key or not all(dbs):
+            raise ValueError(f"{a!r} is not NAME=DB[,DB...]")
+        if key in conds:
+            raise ValueError(f"condition {key!r} is given twice")
+        if len({str(Path(d).resolve()) for d in dbs}) < len(dbs):
+            raise ValueError(f"{key!r} lists a library twice; each seed's library once")
+        conds[key] = dbs
+    return conds
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or any("=" not in a for a in argv[1:]):
-        print("usage: paired_heldout.py EVALUATION NAME=DB[,DB...] NAME=DB[,DB...] [...]", file=sys.stderr)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
+    if len(argv) < 3:
+        print(USAGE, file=sys.stderr)
         return 2
-    name, conds = argv[0], {k: v.split(",") for k, v in (a.split("=", 1) for a in argv[1:])}
+    try:
+        name, conds = argv[0], parse_conditions(argv[1:])
+    except ValueError as e:
+        print(f"paired_heldout: {e}; {USAGE}", file=sys.stderr)
+        return 2
     got: dict[str, dict[tuple[int, str], tuple[str, bool]]] = {}
     for k, dbs in conds.items():
         got[k] = {}

@@ -33,8 +33,9 @@ PLAN_SYSTEM = (
 PLAN_ATTEMPTS = 3  # a plan that states the answer is regenerated up to this many times in all
 # A plan that claims a final answer ("The correct answer is 8", "<answer>8</answer>"): right, it leaks;
 # wrong (a small teacher often computes wrongly), it misleads the guided re-attempt. Either way it is no plan.
-_ANSWER_CLAIM = re.compile(r"<answer>|\b(?:answer|result)\b[^.\n]{0,40}?(?:\b(?:is|would be|should be|will be|equals)\b|[=:])"
-                           r"\s*[-−+]?\d", re.IGNORECASE)
+_ANSWER_CLAIM = re.compile(r"<\s*answer\s*>|\\boxed|\b(?:answer|result)s?\b[^.\n]{0,40}?"
+                           r"(?:\b(?:is|must be|would be|should be|will be|equals)\b|[=:])\s*[*_$(\[]*\s*[-−+]?\s*\.?\d",
+                           re.IGNORECASE)
 
 
 class HintModeError(ValueError):
@@ -45,16 +46,25 @@ def parse_hint_modes(values: Iterable[str]) -> tuple[str, ...]:
     """Modes from repeated and/or comma-separated values, in canonical order, deduplicated.
 
     ``["plan,feedback", "answer"]`` → ``("plan", "feedback", "answer")``; ``["none"]`` → ``()``
-    (no hints). Raises :class:`HintModeError` on an unknown mode.
+    (no hints). Raises :class:`HintModeError` on an unknown mode, on a value with no mode at all
+    (``""``, ``","``: an unset shell variable must not turn hints off silently) and on ``none``
+    given beside a mode.
     """
     modes: set[str] = set()
+    none = False
     for v in values:
-        for part in (p.strip().lower() for p in v.split(",")):
-            if not part or part == "none":
+        parts = [p.strip().lower() for p in v.split(",")]
+        if not any(parts):
+            raise HintModeError(f"empty hint mode {v!r}; choose from {', '.join(HINT_MODES)}, or none for no hints")
+        for part in filter(None, parts):
+            if part == "none":
+                none = True
                 continue
             if part not in HINT_MODES:
                 raise HintModeError(f"unknown hint mode {part!r}; choose from {', '.join(HINT_MODES)} or none")
             modes.add(part)
+    if none and modes:
+        raise HintModeError(f"hint mode none cannot be combined with {', '.join(sorted(modes))}; give one or the other")
     return tuple(m for m in HINT_MODES if m in modes)
 
 

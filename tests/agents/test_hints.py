@@ -134,7 +134,9 @@ def test_plan_that_claims_a_wrong_answer_is_rejected_too():
     assert write_hint(t, ("plan",), "What is 43 + 14?", failed, "57") is None  # three attempts, all claims
     hint = write_hint(t, ("plan",), "What is 43 + 14?", failed, "57")
     assert hint.text.startswith("Add the tens") and hint.rejected == []
-    for claim in ("The final answer to the arithmetic problem is 2.", "Answer = 12", "the answer: −5", "Result is 7"):
+    for claim in ("The final answer to the arithmetic problem is 2.", "Answer = 12", "the answer: −5", "Result is 7",
+                  "the answer is **8**", "answer is \\boxed{8}", "the answer must be (8)", "The correct answer equals 8",
+                  "< answer >8", "the answer is -  5", "answer is .5"):
         assert write_hint(FakePolicy(lambda m, i, c=claim: c), ("plan",), "What is 43 + 14?", failed, "57") is None, claim
     for plan in ("The answer is their sum.", "The result comes from adding 43 and 14 in two steps.", "Add the tens first; 40 + 10 = 50."):
         assert write_hint(FakePolicy(lambda m, i, p=plan: p), ("plan",), "What is 43 + 14?", failed, "57").text == plan
@@ -168,7 +170,12 @@ def test_answer_mode_is_star_rationalization():
 
 def test_parse_hint_modes():
     assert parse_hint_modes(["answer", "plan,feedback"]) == ("plan", "feedback", "answer")
-    assert parse_hint_modes(["none"]) == ()
+    assert parse_hint_modes(["none"]) == () and parse_hint_modes([]) == ()
+    assert parse_hint_modes(["plan,", " Feedback "]) == ("plan", "feedback")  # a stray comma, case and spaces
+    for bad, fragment in (([""], "empty hint mode ''"), ([","], "empty hint mode ','"),
+                          (["none,plan"], "none cannot be combined with plan"), (["none", "answer"], "none cannot")):
+        with pytest.raises(HintModeError, match=fragment):
+            parse_hint_modes(bad)
     with pytest.raises(HintModeError, match="unknown hint mode 'hints'"):
         parse_hint_modes(["hints"])
 

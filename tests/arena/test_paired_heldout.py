@@ -77,3 +77,32 @@ def test_a_missing_library_or_evaluation_is_one_line(tmp_path):
     out = subprocess.run([sys.executable, str(SCRIPT), "heldout_cycle9", f"a={a}", f"b={a}"],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 2 and "no evaluation 'heldout_cycle9'" in out.stderr
+
+
+def test_names_given_twice_or_a_library_pooled_twice_are_refused(tmp_path):
+    a = library(tmp_path / "a.db", ["1 + 2"], [1.0])
+    b = library(tmp_path / "b.db", ["1 + 2"], [0.0])
+    for args, fragment in (([f"a={a}", f"a={b}"], "condition 'a' is given twice"),
+                           ([f"={a}", f"b={b}"], "is not NAME=DB"),
+                           ([f"a={a},", f"b={b},"], "is not NAME=DB"),
+                           ([f"a={a},{a}", f"b={b},{b}"], "lists a library twice")):  # would double n and shrink p
+        out = paired(*args)
+        assert out.returncode == 2 and out.stdout == "" and fragment in out.stderr, (args, out.stderr)
+
+
+def test_a_path_with_uri_characters_is_read_literally_and_never_written(tmp_path):
+    odd = tmp_path / "we#ird?x%41.db"
+    library(odd, ["1 + 2"], [1.0])
+    b = library(tmp_path / "b.db", ["1 + 2"], [0.0])
+    before = {p.name: p.stat().st_size for p in tmp_path.iterdir()}
+    got = json.loads(paired(f"a={odd}", f"b={b}").stdout)
+    assert (got["a_pass_at_1"], got["b_pass_at_1"]) == (1.0, 0.0)
+    missing = paired(f"a={tmp_path / 'new#'}", f"b={b}")  # a raw "file:" URI would create "new" here
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    assert {p.name for p in tmp_path.iterdir()} <= set(before) | {f"{odd.name}-wal", f"{odd.name}-shm", "b.db-wal", "b.db-shm"}
+    assert odd.stat().st_size == before[odd.name]
+
+
+def test_help_exits_zero():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and "Runs over several seeds pool" in out.stdout and out.stderr == ""
