@@ -15,8 +15,9 @@ DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
 
 # The sleep objective of `arena run --cycles C` (C > 1) when --sleep-objective is not given: context
 # distillation of lessons-in-context successes plus Guide's importance-weighted guided successes.
-# Chosen by `arena bench learning` over two seeds (bench/RESULTS.md, session 12): level with grpo at
-# seed 0, above it at seed 1 (p = 0.015), the highest sampled pass@1 at both, above sft.
+# Kept on `arena bench learning` over two seeds (bench/RESULTS.md, session 12): no objective above it
+# (level with grpo at seed 0, above it at seed 1, gaps within the spread between trainings), above sft,
+# and the highest sampled pass@1 at both seeds.
 DEFAULT_SLEEP_OBJECTIVE = "distill"
 SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd")  # arena.distill.config.OBJECTIVES (no torch import here)
 
