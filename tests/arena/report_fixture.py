@@ -55,7 +55,8 @@ def _rollout(idx: int, reward: float, guided: bool = False) -> RolloutRecord:
                          guided=guided, unguided_messages=msgs if guided else None)
 
 
-def _evaluate(store: LessonStore, sid: int, name: str, rewards: list[float]) -> None:
+def evaluate(store: LessonStore, sid: int, name: str, rewards: list[float]) -> None:
+    """Record held-out evaluation `name` with one reward per task `chain_sum/heldout/{i:05d}`, as the session records it."""
     rows = [{"task_key": f"chain_sum/heldout/{i:05d}", "reward": float(r), "lessons": []} for i, r in enumerate(rewards)]
     store.record_evaluation(sid, name, "heldout", not name.endswith("no_lessons"), rewards,
                             wilson_interval(count_passes(rewards), len(rewards)), {"tasks": rows})
@@ -79,15 +80,15 @@ def build(path: Path) -> Path:
         config = {"families": ["chain_sum"], "rounds": 1, "rollouts": 4, "cycles": 2, "library_tokens": 200}
         sid = store.create_session("wake-sleep", config, seed=0)
         store.upsert_tasks(sid, tasks)
-        _evaluate(store, sid, "heldout_before", HELDOUT["heldout_before"])
+        evaluate(store, sid, "heldout_before", HELDOUT["heldout_before"])
         a, b = (t.task_key for t in tasks)
         helpful = Reflection(analysis="carry", tags=[LessonTag(lesson_id="chain_sum-00001", tag="helpful")])
         store.record_episode(episode(sid, "r001-a", 1, a, [], [1, 0, 0, 1], reflection=Reflection(
             analysis="carried", add=[AddOp(text=LESSON, scope="chain_sum", rationale="rollouts 0 and 3")])))
         store.record_episode(episode(sid, "r001-b", 1, b, ["chain_sum-00001", "global-00001"], [0, 0, 0, 0], [1, 0],
                                       reflection=helpful))
-        _evaluate(store, sid, "heldout_cycle1", HELDOUT["heldout_cycle1"])
-        _evaluate(store, sid, "heldout_cycle1_no_lessons", HELDOUT["heldout_cycle1_no_lessons"])
+        evaluate(store, sid, "heldout_cycle1", HELDOUT["heldout_cycle1"])
+        evaluate(store, sid, "heldout_cycle1_no_lessons", HELDOUT["heldout_cycle1_no_lessons"])
         store.record_episode(episode(sid, "r002-a", 2, a, ["chain_sum-00001", "global-00001"], [1, 1, 1, 0],
                                       reflection=helpful))
         store.record_episode(episode(sid, "r002-b", 2, b, ["chain_sum-00001"], [0, 0, 0, 0], [0, 0]))
@@ -99,14 +100,14 @@ def build(path: Path) -> Path:
             objective="distill", session_id=sid, config={}, data={"session": "wake-sleep", "examples": 3,
                                                                     "rollout_ids": rollout_ids},
             metrics={}, eval=ev, in_context=["chain_sum-00001"], distilled={"chain_sum-00001": "by hand"}, cycle=1))
-        _evaluate(store, sid, "heldout_after", HELDOUT["heldout_after"])
-        _evaluate(store, sid, "heldout_after_no_lessons", HELDOUT["heldout_after_no_lessons"])
+        evaluate(store, sid, "heldout_after", HELDOUT["heldout_after"])
+        evaluate(store, sid, "heldout_after_no_lessons", HELDOUT["heldout_after_no_lessons"])
         store.set_session_status(sid, "finished", {})
 
         rid = store.create_session("rubric-run", {"families": [], "rollouts": 4, "reward": "rubric-explicit",
                                                   "success_threshold": 0.8}, seed=1)
         store.upsert_tasks(rid, tasks)
-        _evaluate(store, rid, "heldout_before", [1, 0])
+        evaluate(store, rid, "heldout_before", [1, 0])
         store.record_episode(episode(rid, "r001-a", 1, a, [], JUDGE))
         store.create_session("fresh", {"families": ["chain_sum"]}, seed=2)
     with sqlite3.connect(path) as conn:  # the judge's grading fields, as RubricStore.record_grading leaves them
@@ -124,6 +125,6 @@ def one_session(path: Path, name: str, heldout: list[float]) -> Path:
     with LessonStore(str(path)) as store:
         sid = store.create_session(name, {"families": ["chain_sum"], "rollouts": 2}, seed=0)
         store.upsert_tasks(sid, [Task("chain_sum/train/00000", "1 + 2", "3")])
-        _evaluate(store, sid, "heldout_before", heldout)
+        evaluate(store, sid, "heldout_before", heldout)
         store.record_episode(episode(sid, "r001-a", 1, "chain_sum/train/00000", [], [1, 0]))
     return path

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from arena.stats import wilson_interval
+import report_fixture
+
 from lessons.library.store import LessonStore
-from lessons.outcomes import count_passes
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "paired_heldout.py"
 EVAL = "heldout_cycle2_no_lessons"
@@ -27,9 +27,7 @@ def library(path: Path, questions: list[str], rewards: list[float]) -> str:
     with LessonStore(str(path)) as store:
         sid = store.create_session(path.stem, {"families": ["chain_sum"]}, seed=0)
         store.upsert_tasks(sid, tasks)
-        rows = [{"task_key": t.task_key, "reward": r, "lessons": []} for t, r in zip(tasks, rewards, strict=True)]
-        store.record_evaluation(sid, EVAL, "heldout", False, rewards,
-                                wilson_interval(count_passes(rewards), len(rewards)), {"tasks": rows})
+        report_fixture.evaluate(store, sid, EVAL, rewards)
     return str(path)
 
 
