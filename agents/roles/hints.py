@@ -30,6 +30,7 @@ PLAN_SYSTEM = (
     "that shows HOW to solve it: the method and the step the student got wrong. "
     "You are shown the correct answer so your plan is right, but NEVER write the answer itself."
 )
+PART_SEPARATOR = "\n\n"  # between the parts of a hint (plan, feedback, answer)
 PLAN_ATTEMPTS = 3  # a plan that states the answer is regenerated up to this many times in all
 # A plan that claims a final answer ("The correct answer is 8", "<answer>8</answer>"): right, it leaks;
 # wrong (a small teacher often computes wrongly), it misleads the guided re-attempt. Either way it is no plan.
@@ -196,4 +197,34 @@ def write_hint(
             used.append(mode)
     if not parts:
         return None
-    return Hint("+".join(used), "\n\n".join(parts), rejected)
+    return Hint("+".join(used), PART_SEPARATOR.join(parts), rejected)
+
+
+def hint_without_answer(mode: str | None, text: str) -> str:
+    """The hint with its ``answer`` part removed: what may reach a teacher whose behaviour is distilled.
+
+    On-policy context distillation trains the adapter, without the hint, toward the base model
+    with it. A hint that states the reference answer makes that teacher an oracle for one task:
+    the student would learn to emit answers it cannot derive (memorisation, not skill). Plan and
+    feedback parts carry no answer (:func:`write_hint` rejects parts that do) and are kept.
+
+    Args:
+        mode: the stored hint's modes joined by ``+`` (``hints.mode``, e.g. ``"feedback+answer"``);
+            None: a hint of unknown mode, taken as written.
+        text: the hint text; :func:`write_hint` separates its parts with a blank line (plan and
+            answer parts hold no line break; feedback lines are separated by single ones).
+
+    Returns:
+        The remaining parts, in order; "" when nothing but the answer remains, or when the parts
+        cannot be told apart (their count differs from the modes'), since the text then may hold
+        the answer anywhere.
+    """
+    if mode is None:
+        return text
+    modes = mode.split("+")
+    if "answer" not in modes:
+        return text
+    parts = text.split(PART_SEPARATOR)
+    if len(parts) != len(modes):
+        return ""
+    return PART_SEPARATOR.join(p for m, p in zip(modes, parts, strict=True) if m != "answer")

@@ -103,6 +103,26 @@ def strip_lessons_section(messages: Sequence[Message]) -> list[Message]:
     return out
 
 
+def with_lessons_section(messages: Sequence[Message], lessons_section: str) -> list[Message]:
+    """The same chat with ``lessons_section`` appended to its system prompt, as :func:`solver_messages` places it (a copy).
+
+    The inverse of :func:`strip_lessons_section` on a chat without lessons:
+    ``with_lessons_section(solver_messages(q), s) == solver_messages(q, s)``. An empty section
+    leaves the chat unchanged.
+
+    Raises:
+        ValueError: the chat has no system message (the solver's chats always have one).
+    """
+    out = [dict(m) for m in messages]
+    if not lessons_section:
+        return out
+    for m in out:
+        if m.get("role") == "system":
+            m["content"] = f"{m['content']}\n\n{lessons_section}"
+            return out
+    raise ValueError("the chat has no system message to hold the lessons section")
+
+
 def guided_messages(messages: Sequence[Message], hint: str) -> list[Message]:
     """The same chat with the hint appended to the last user turn (Guide's guided context).
 

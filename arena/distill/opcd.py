@@ -7,9 +7,11 @@ off-policy form; the on-policy reverse-KL setting of GKD, Agarwal et al. 2024, a
   its own completions for the session's train tasks during training (every optimizer step
   samples afresh from the current weights, so the data stay on-policy);
 - the **teacher** is the frozen policy training starts from — the base model (the adapter
-  disabled), or with ``--sleep-from previous`` the previous adapter — given the context the
-  session's solver had: the lessons section of the episode's system prompt and, for a task
-  whose group all failed, the hint in the user turn, exactly as the guided re-attempt saw it;
+  disabled), or with ``--sleep-from previous`` the previous adapter — given the context to
+  distil: the lessons section a held-out prompt of the task gets at sleep time (the library's
+  active lessons not yet distilled) and, for a task whose group all failed, its hint without
+  the answer part, in the user turn as the guided re-attempt saw it (:func:`build_opcd_dataset`
+  says why both differ from the episode's own context);
 - the loss is the per-token reverse KL(π_student ‖ π_teacher) over the full vocabulary on the
   completion tokens of the student's samples (:func:`arena.distill.losses.reverse_kl`),
   token-mean over the optimizer step.
@@ -26,12 +28,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from agents.roles.hints import hint_without_answer
+from agents.roles.solver import guided_messages, with_lessons_section
 from arena.distill.config import TrainConfig
 from arena.distill.data import DistillDataset, NoTrainingData
 from arena.distill.losses import reverse_kl
@@ -56,11 +60,11 @@ Message = dict[str, str]
 
 @dataclass(frozen=True)
 class OPCDExample:
-    """One train task's pair of contexts: the student's (bare) and the teacher's (what the solver had).
+    """One train task's pair of contexts: the student's (bare) and the teacher's (with the context to distil).
 
     Attributes:
-        kind: ``"lessons"`` (the teacher sees the episode's lessons section) or ``"hint"`` (the
-            teacher sees the guided chat of an all-fail group: hint, plus lessons if any).
+        kind: ``"lessons"`` (the teacher sees a lessons section) or ``"hint"`` (the teacher sees
+            the hint of an all-fail group without its answer part, plus lessons if any).
         rollout_id: the stored rollout whose chat gives the teacher's context (provenance).
         task_key: its task.
         messages: the student's chat: the solver's chat without lessons and hint.
@@ -86,24 +90,39 @@ class OPCDExample:
         return False
 
 
-def build_opcd_dataset(rollouts: Sequence[TrainingRollout], strip_lessons: Callable[[list[Message]], list[Message]]
-                       ) -> DistillDataset:
-    """One example per episode: the student's bare chat and the teacher's chat with the episode's context.
+LessonsNow = Callable[[str, str], tuple[str, list[str]]]  # (family, question) -> (lessons section, lesson ids)
 
-    An episode whose group all failed and was re-attempted with a hint gives the guided chat as
-    the teacher's context (the hint teaches most where the model failed); any other episode gives
-    its unguided chat with the lessons section. Episodes with neither lessons nor hint are
-    skipped (``no_context``): the teacher would be the base model on the student's own chat,
-    which only pulls the adapter back to the base.
+
+def build_opcd_dataset(rollouts: Sequence[TrainingRollout], strip_lessons: Callable[[list[Message]], list[Message]],
+                       lessons_now: LessonsNow | None = None) -> DistillDataset:
+    """One example per episode: the student's bare chat and the teacher's chat with the context to distil.
+
+    The teacher's context is made of two parts:
+
+    - **lessons**: with ``lessons_now``, the lessons section the solver would get for the task
+      now, at sleep time (:func:`library_lessons`: the library's ``active`` lessons, those
+      already distilled left out), so what is distilled is the library the adapter replaces;
+      without it, the lessons section the episode's solver had. The episodes of a session's
+      first round never have lessons in context (reflection writes lessons at the end of a
+      round), so without ``lessons_now`` a one-round wake distils hints only.
+    - **hint**, for an episode whose group all failed and was re-attempted with one: the hint
+      with its ``answer`` part removed (:func:`agents.roles.hints.hint_without_answer`). A
+      teacher told the answer is an oracle for that one task; matching it teaches the student
+      to emit answers it cannot derive.
+
+    An episode left with neither is skipped: ``no_context``, or ``answer_hint_only`` when its
+    only context was an answer hint (the teacher would be the base model on the student's own
+    chat, which only pulls the adapter back to the base).
 
     Args:
         rollouts: the session's train rollouts (any order); rewards and log-probs are not read.
         strip_lessons: removes the lessons section of a chat
             (:func:`agents.roles.solver.strip_lessons_section`).
+        lessons_now: ``(family, question) -> (section, lesson ids)``; None: the episode's own.
 
     Returns:
-        A :class:`~arena.distill.data.DistillDataset` of :class:`OPCDExample` in episode order;
-        ``skipped`` counts episodes without context (``no_context``).
+        A :class:`~arena.distill.data.DistillDataset` of :class:`OPCDExample` in episode order,
+        ``kind`` ``"hint"`` where a hint is in the teacher's context, ``"lessons"`` otherwise.
     """
     out = DistillDataset(objective="opcd", examples=[], rollouts_seen=len(rollouts))
     episodes: dict[int, list[TrainingRollout]] = {}
@@ -111,24 +130,49 @@ def build_opcd_dataset(rollouts: Sequence[TrainingRollout], strip_lessons: Calla
         episodes.setdefault(r.episode_id, []).append(r)
     for eid in sorted(episodes):
         group = sorted(episodes[eid], key=lambda r: r.rollout_id)
-        guided = [r for r in group if r.guided]
-        if guided and not guided[0].unguided_messages:  # falls back to the episode's lessons context
-            guided = []
-        if guided:
-            r = guided[0]
-            student = strip_lessons([dict(m) for m in r.unguided_messages or []])
-            ex = OPCDExample("hint", r.rollout_id, r.task_key, student, [dict(m) for m in r.messages],
-                             tuple(r.lessons_in_context), r.hint_id)
+        guided = [r for r in group if r.guided and r.unguided_messages]
+        r = guided[0] if guided else group[0]
+        sampled = [dict(m) for m in (r.unguided_messages if guided else r.messages) or []]  # with the episode's lessons
+        student = strip_lessons(sampled)
+        if lessons_now is None:
+            teacher, lessons = sampled, tuple(r.lessons_in_context)
         else:
-            r = group[0]
-            student = strip_lessons([dict(m) for m in r.messages])
-            ex = OPCDExample("lessons", r.rollout_id, r.task_key, student, [dict(m) for m in r.messages],
-                             tuple(r.lessons_in_context))
-        if ex.teacher_messages == ex.messages:
-            out.skipped["no_context"] += 1
+            section, ids = lessons_now(r.family, student[-1]["content"])
+            teacher, lessons = with_lessons_section(student, section), tuple(ids)
+        hint = hint_without_answer(r.hint_mode, r.hint_text or "") if guided else ""
+        if hint:
+            teacher = guided_messages(teacher, hint)
+        if teacher == student:
+            out.skipped["answer_hint_only" if guided and r.hint_text else "no_context"] += 1
             continue
-        out.examples.append(ex)
+        out.examples.append(OPCDExample("hint" if hint else "lessons", r.rollout_id, r.task_key, student, teacher,
+                                        lessons, r.hint_id if hint else None))
     return out
+
+
+def library_lessons(store: Any, budget_tokens: int, count_tokens: Callable[[str], int],
+                    exclude: Collection[str] = ()) -> LessonsNow:
+    """``lessons_now`` for :func:`build_opcd_dataset`: the section a held-out prompt of the task would get now.
+
+    Only ``active`` lessons (those that passed their utility check, as held-out evaluation
+    shows them: :func:`arena.episode.prompt.retrieve`), ranked for the question and cut to
+    ``budget_tokens`` of the solver's tokenizer; ``exclude`` leaves out lessons an adapter
+    already holds (they left the prompt). The ``distilled`` rule then compares the adapter with
+    the base model given this same section.
+
+    Args:
+        store: the library (:class:`lessons.library.store.LessonStore`).
+        budget_tokens: the lessons budget (``--lesson-tokens``), solver tokens.
+        count_tokens: the solver's token count (called only when there are lessons to render).
+        exclude: lesson ids to leave out.
+    """
+    from arena.episode.prompt import retrieve
+
+    def lessons_now(family: str, question: str) -> tuple[str, list[str]]:
+        section, pairs = retrieve(store, family, question, budget_tokens, count_tokens, exclude, active_only=True)
+        return section, [lid for lid, _ in pairs]
+
+    return lessons_now
 
 
 def require_opcd_examples(data: DistillDataset, session: str) -> None:

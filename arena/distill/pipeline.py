@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -220,12 +220,18 @@ def distilled_lessons(
 
 
 def collect_data(
-    store: LessonStore, session: str, cfg: DistillConfig, rounds: Collection[int] | None = None
+    store: LessonStore, session: str, cfg: DistillConfig, rounds: Collection[int] | None = None,
+    count_tokens: Callable[[str], int] | None = None, exclude: Collection[str] = (),
 ) -> tuple[list[TrainingRollout], DistillDataset]:
     """The session's train rollouts and the examples of ``cfg.objective`` (no model needed: fails fast).
 
     ``rounds``: only rollouts of episodes in these session rounds (a cycle's, for
     ``--sleep-from previous``); None: every round.
+
+    ``opcd`` only: its teachers see the library's active lessons as a held-out prompt would now
+    (:func:`arena.distill.opcd.library_lessons`, ``cfg.lesson_tokens`` of budget), counted with
+    ``count_tokens`` (default: the base model's tokenizer, loaded only when there are lessons),
+    ``exclude`` left out (lessons the adapter training starts from already holds).
 
     Raises:
         NoTrainingData: no eligible example (the message lists what was skipped and why).
@@ -245,9 +251,10 @@ def collect_data(
         data.skipped.update(excluded)
         require_rl_examples(data, session)
     elif cfg.objective in ON_POLICY_OBJECTIVES:
-        from arena.distill.opcd import build_opcd_dataset, require_opcd_examples
+        from arena.distill.opcd import build_opcd_dataset, library_lessons, require_opcd_examples
 
-        data = build_opcd_dataset(rollouts, strip_lessons_section)
+        lessons_now = library_lessons(store, cfg.lesson_tokens, count_tokens or base_token_count(), exclude)
+        data = build_opcd_dataset(rollouts, strip_lessons_section, lessons_now)
         data.skipped.update(excluded)
         require_opcd_examples(data, session)
     else:
@@ -255,6 +262,34 @@ def collect_data(
         data.skipped.update(excluded)
         require_examples(data, session, cfg.success_threshold)
     return rollouts, data
+
+
+def base_token_count(model_dir: Path | None = None) -> Callable[[str], int]:
+    """Token count in the base model's tokenizer (no special tokens), the tokenizer loaded on the first call.
+
+    Args:
+        model_dir: a transformers checkpoint directory; default the embedded SmolLM2 (converted once).
+
+    Raises (on the first call):
+        agents.policy.PolicyError: the tokenizer cannot be loaded.
+    """
+    tok: list[Any] = []
+
+    def count(text: str) -> int:
+        if not tok:
+            from transformers import AutoTokenizer
+
+            from agents.backends.local import ensure_converted
+            from agents.policy import PolicyError
+
+            path = model_dir or ensure_converted()
+            try:
+                tok.append(AutoTokenizer.from_pretrained(path))
+            except Exception as e:  # a missing or corrupt checkpoint: one line
+                raise PolicyError(f"cannot load the tokenizer from {path}: {e}") from e
+        return len(tok[0](text, add_special_tokens=False)["input_ids"])
+
+    return count
 
 
 def with_train_settings(cfg: DistillConfig, **train: Any) -> DistillConfig:
@@ -473,7 +508,7 @@ def run_distill(
 
     astore = AdapterStore(store)
     # ---- data (before any model is loaded: bad input fails fast and writes nothing)
-    rollouts, data = collect_data(store, session, cfg)
+    rollouts, data = collect_data(store, session, cfg, count_tokens=base_token_count(base_model))
     session_cfg, tasks = session_heldout(store, db, session)
     if cfg.objective in RL_OBJECTIVES or cfg.objective == "distill":  # ratios at the rollouts' sampling temperature
         cfg = with_sampling_temperature(cfg, session_cfg.temperature)

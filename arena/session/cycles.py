@@ -222,7 +222,8 @@ def sleep(
     astore = AdapterStore(store)
     dcfg = sleep_config(cfg, cycle)
     rounds = set(cycle_rounds(cfg, cycle)) if cfg.sleep_from == "previous" else None
-    rollouts, data = collect_data(store, session, dcfg, rounds)
+    # opcd's teachers see the library's lessons as the solver's held-out prompts would, those its adapter holds left out
+    rollouts, data = collect_data(store, session, dcfg, rounds, solver.policy.count_tokens, solver.exclude)
     # the wake's solver with and without lessons: what the adapter has to keep
     wake_plain = evals.run(eval_name(cycle, False, wake=True), solver, False)
     wake_lessons = evals.run(eval_name(cycle, True, wake=True), solver, True)

@@ -67,6 +67,7 @@ class TrainingRollout:
     adapter_id: str | None = None  # the solver's adapter that sampled it (π_old); None: the base model
     episode_round: int = 1  # the session round of its episode (cycles number rounds on: cycle c holds its own rounds)
     episode_id: int = 0  # episodes.id: the rollouts of one episode and one guidance form a group (GRPO's advantages)
+    hint_mode: str | None = None  # guided only: the hint's modes joined by "+" (hints.mode, e.g. "feedback+answer")
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class AdapterStore:
             sid = self._session_id(s, session)
             rows = s.execute(
                 select(RolloutRow, TaskRow.task_key, TaskRow.family, EpisodeRow.lessons_in_context, HintRow.text,
-                       EpisodeRow.round)
+                       EpisodeRow.round, HintRow.mode)
                 .join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
                 .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
                 .outerjoin(HintRow, RolloutRow.hint_id == HintRow.id)
@@ -189,8 +190,9 @@ class AdapterStore:
                     adapter_id=r.adapter_id,
                     episode_round=int(rnd),
                     episode_id=int(r.episode_id),
+                    hint_mode=hint_mode if r.guided else None,
                 )
-                for r, key, family, ctx, hint_text, rnd in rows
+                for r, key, family, ctx, hint_text, rnd, hint_mode in rows
             ]
 
     # ----------------------------------------------------------------- adapters

@@ -11,7 +11,14 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from agents.backends.fake import FakePolicy
-from agents.roles.hints import FailedAttempt, HintModeError, feedback_hint, parse_hint_modes, write_hint
+from agents.roles.hints import (
+    FailedAttempt,
+    HintModeError,
+    feedback_hint,
+    hint_without_answer,
+    parse_hint_modes,
+    write_hint,
+)
 from arena.config import SessionConfig
 from arena.episode.context import EpisodeSettings, Roles
 from arena.episode.graph import build_episode_graph
@@ -166,6 +173,23 @@ def test_feedback_drops_a_line_that_would_reveal_the_answer():
 def test_answer_mode_is_star_rationalization():
     hint = write_hint(FakePolicy(lambda m, i: ""), ("answer",), "What is 43 + 14?", [], "57")
     assert hint.mode == "answer" and "57" in hint.text and "<answer>57</answer>" in hint.text
+
+
+def test_the_answer_part_comes_off_every_hint_write_hint_makes():
+    """hint_without_answer inverts write_hint's composition: every other part stays, the answer's never."""
+    failed = [FailedAttempt("x", "50", "answer '50' is incorrect"), FailedAttempt("y", None, "no answer found")]
+    plan = FakePolicy(lambda m, i: "Add the tens first, then the ones.")
+    parts = {"plan": "Add the tens first, then the ones.", "feedback": feedback_hint(failed, "57")[0]}
+    for modes in (("answer",), ("plan", "answer"), ("feedback", "answer"), ("plan", "feedback", "answer"),
+                  ("plan",), ("feedback",), ("plan", "feedback")):
+        hint = write_hint(plan, modes, "What is 43 + 14?", failed, "57")
+        want = "\n\n".join(parts[m] for m in modes if m != "answer")
+        assert hint_without_answer(hint.mode, hint.text) == want, modes
+        assert "57" not in hint_without_answer(hint.mode, hint.text)
+    # parts that cannot be told apart (a hint edited by hand, a critique with a blank line): nothing is kept
+    assert hint_without_answer("feedback+answer", "Feedback: 50 is wrong. The correct final answer is 57.") == ""
+    assert hint_without_answer("feedback+answer", "- a\n\n- b\n\nThe correct final answer is 57.") == ""
+    assert hint_without_answer(None, "Carry the ones.") == "Carry the ones."  # unknown mode: taken as written
 
 
 def test_parse_hint_modes():

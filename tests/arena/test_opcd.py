@@ -13,7 +13,14 @@ import torch
 from cli_helpers import assert_one_line_error
 from session_scripts import make_session
 
-from agents.roles.solver import LessonView, render_lessons, solver_messages, strip_lessons_section
+from agents.roles.solver import (
+    LessonView,
+    guided_messages,
+    render_lessons,
+    solver_messages,
+    strip_lessons_section,
+    with_lessons_section,
+)
 from arena.distill.data import NoTrainingData
 from arena.distill.losses import reverse_kl
 from arena.distill.opcd import OPCDExample, build_opcd_dataset, require_opcd_examples
@@ -51,15 +58,17 @@ def test_reverse_kl_on_a_four_token_vocabulary_by_hand():
 
 
 LESSON_SECTION = render_lessons([LessonView("L1", "Add the ones first.")], 512, lambda s: len(s.split()))[0]
+FEEDBACK = "Feedback on earlier attempts (all wrong):\n- An earlier attempt answered '4': answer '4' is incorrect"
+ANSWER = "The correct final answer is 3. Work out the steps that lead to it, then give it on the last line as <answer>3</answer>."
 
 
-def roll(rid, episode, guided=False, lessons=True, reward=0.0):
+def roll(rid, episode, guided=False, lessons=True, reward=0.0, hint=("feedback", FEEDBACK)):
     msgs = solver_messages(f"What is {episode} + 1?", LESSON_SECTION if lessons else "")
-    hinted = [dict(m) for m in msgs]
-    hinted[-1]["content"] += "\n\nHint:\nThe answer is 3."
+    mode, text = hint
+    hinted = guided_messages(msgs, text)
     return TrainingRollout(rid, "s", f"t{episode}", "f", guided, hinted if guided else msgs, msgs if guided else None,
                            "c", None, None, reward, "stop", 9 if guided else None, ["L1"] if lessons else [],
-                           "The answer is 3." if guided else None, None, 1, episode)
+                           text if guided else None, None, 1, episode, mode if guided else None)
 
 
 def test_contexts_pair_the_bare_chat_with_what_the_solver_had():
@@ -73,8 +82,7 @@ def test_contexts_pair_the_bare_chat_with_what_the_solver_had():
     assert lessons.messages == solver_messages("What is 1 + 1?") and LESSON_SECTION in lessons.teacher_messages[0]["content"]
     # the student never sees the hint or the lessons; the teacher has the guided chat as it was sampled
     assert hint.messages == solver_messages("What is 2 + 1?")
-    assert "Hint:" in hint.teacher_messages[-1]["content"] and LESSON_SECTION in hint.teacher_messages[0]["content"]
-    assert hint.hint_id == 9 and hint.lessons == ("L1",)
+    assert hint.teacher_messages == rs[4].messages and hint.hint_id == 9 and hint.lessons == ("L1",)
     assert dict(data.skipped) == {"no_context": 1} and data.rollouts_seen == 8
     assert data.lessons_in_context == ["L1"]  # the lessons whose effect it trains in: candidates for `distilled`
     assert data.provenance()["by_kind"] == {"lessons": 1, "hint": 1} and data.provenance()["hint_ids"] == [9]
@@ -82,6 +90,60 @@ def test_contexts_pair_the_bare_chat_with_what_the_solver_had():
         require_opcd_examples(build_opcd_dataset(rs[6:], strip_lessons_section), "s")
     with pytest.raises(NoTrainingData, match="no rollouts"):
         require_opcd_examples(build_opcd_dataset([], strip_lessons_section), "s")
+
+
+def test_the_answer_part_of_a_hint_never_reaches_the_teacher():
+    """The case of session 12's full-size opcd run: all 18 examples of its one-cycle wake were answer hints
+    ("feedback,answer"), so the teacher was an oracle for each task and the adapter fell below the base model."""
+    both = roll(1, 1, guided=True, lessons=False, hint=("feedback+answer", f"{FEEDBACK}\n\n{ANSWER}"))
+    only = roll(2, 2, guided=True, lessons=False, hint=("answer", ANSWER))
+    with_lessons = roll(3, 3, guided=True, hint=("answer", ANSWER))
+    unsplittable = roll(4, 4, guided=True, lessons=False, hint=("feedback+answer", f"{FEEDBACK} {ANSWER}"))
+    data = build_opcd_dataset([both, only, with_lessons, unsplittable], strip_lessons_section)
+    assert [(e.kind, e.rollout_id) for e in data.examples] == [("hint", 1), ("lessons", 3)]
+    fb, les = data.examples
+    assert fb.teacher_messages == guided_messages(solver_messages("What is 1 + 1?"), FEEDBACK) and fb.hint_id == 9
+    assert les.teacher_messages == solver_messages("What is 3 + 1?", LESSON_SECTION) and les.hint_id is None
+    assert all("correct final answer" not in m["content"] for e in data.examples for m in e.teacher_messages)
+    assert dict(data.skipped) == {"answer_hint_only": 2}  # an answer alone, or parts that cannot be told apart
+    assert data.provenance()["hint_ids"] == [9] and data.provenance()["by_kind"] == {"lessons": 1, "hint": 1}
+
+
+def test_the_teacher_sees_the_library_as_it_is_at_sleep_time():
+    """With lessons_now the teacher's lessons come from the library at sleep time, not the episode's prompt: a first
+    round's episodes had none in context (reflection writes lessons at the end of a round)."""
+    seen = []
+
+    def lessons_now(family, question):
+        seen.append((family, question))
+        return (LESSON_SECTION, ["L1"]) if "1 + 1" in question else ("", [])
+
+    rs = [roll(1, 1, lessons=False), roll(2, 2), roll(3, 3, guided=True, lessons=False)]
+    data = build_opcd_dataset(rs, strip_lessons_section, lessons_now)
+    assert seen == [("f", "What is 1 + 1?"), ("f", "What is 2 + 1?"), ("f", "What is 3 + 1?")]  # the bare question
+    assert [(e.kind, e.rollout_id, e.lessons) for e in data.examples] == [("lessons", 1, ("L1",)), ("hint", 3, ())]
+    assert data.examples[0].teacher_messages == solver_messages("What is 1 + 1?", LESSON_SECTION)
+    assert data.examples[1].teacher_messages == guided_messages(solver_messages("What is 3 + 1?"), FEEDBACK)
+    assert dict(data.skipped) == {"no_context": 1}  # episode 2's lesson is no longer in the library's answer
+
+
+def test_library_lessons_are_the_active_ones_a_heldout_prompt_gets(tmp_path):
+    from arena.distill.opcd import library_lessons
+    from lessons.library.curation import Provenance
+    from lessons.library.store import LessonStore
+
+    with LessonStore(str(tmp_path / "lib.db")) as store:
+        prov = Provenance(origin={"by": "test"})
+        with store.curate() as c:
+            active = c.add("Add the ones first, then the tens.", "chain_sum", "", prov, status="active")
+            other = c.add("Keep the sign of each term.", "global", "", prov, status="active")
+            c.add("Untested: always answer zero.", "chain_sum", "", prov)  # a candidate: never distilled
+        count = lambda s: len(s.split())
+        section, ids = library_lessons(store, 512, count)("chain_sum", "What is 12 + 30?")
+        assert sorted(ids) == sorted([active, other]) and "always answer zero" not in section
+        assert strip_lessons_section(with_lessons_section(solver_messages("q"), section)) == solver_messages("q")
+        assert library_lessons(store, 512, count, exclude=[active])("chain_sum", "What is 12 + 30?")[1] == [other]
+        assert library_lessons(store, 0, count)("chain_sum", "What is 12 + 30?") == ("", [])
 
 
 # --------------------------------------------------------------------------- a lesson the tiny model absorbs
@@ -142,13 +204,17 @@ def db(tmp_path, tiny):
 def test_distill_opcd_end_to_end(db, tiny, tmp_path, arena_inproc):  # noqa: F811
     with sqlite3.connect(db) as c:  # an OpenAI-backend session: no token ids, no log-probs; opcd reads neither
         c.execute("update rollouts set logprobs = NULL, token_ids = NULL")
+        c.execute("update lessons set status = 'active'")  # the session's lesson passed its utility check
+        (lesson,) = c.execute("select lesson_id from lessons").fetchone()
     proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "opcd", "--steps", "2",
                         "--eval-max-tokens", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["objective"] == "opcd" and out["adapter_id"] == "adapter-0001"
-    # 2 episodes, each re-attempted with a hint: the teacher sees the guided chat of both
-    assert out["data"]["by_kind"] == {"lessons": 0, "hint": 2} and out["data"]["skipped"] == {}
+    # 2 episodes; the teacher sees the library's lesson in both (the first episode's prompt had none: it was written
+    # after it). Their guided re-attempts have no stored hint, whose parts could not be checked for the answer
+    assert out["data"]["by_kind"] == {"lessons": 2, "hint": 0} and out["data"]["skipped"] == {}
+    assert out["data"]["lessons"] == [lesson] and out["in_context"] == [lesson]
     assert out["train"]["steps"] == 2 and out["train"]["completion_tokens"] > 0
     with sqlite3.connect(db) as c:
         assert c.execute("select adapter_id, objective from adapters").fetchall() == [("adapter-0001", "opcd")]
