@@ -9,10 +9,15 @@ another ``--seed`` draw other tasks under the same keys, and are refused rather 
 Runs over several seeds pool: ``NAME=DB1,DB2`` stacks the libraries in order, so each condition
 must list its seeds in the same order, and the test runs on all their tasks together.
 
+``--within DB EVALUATION EVALUATION [...]`` pairs evaluations recorded in one library instead: a
+session's own held-out evaluations (``heldout_cycle1_wake`` ...) and those ``arena eval`` adds
+(``eval:adapter-0002`` ...), all on the session's held-out tasks.
+
 Usage::
 
     python bench/paired_heldout.py heldout_cycle1_no_lessons sft=/tmp/bl15/sft.db grpo=/tmp/bl15/grpo.db
     python bench/paired_heldout.py heldout_cycle2_no_lessons distill=s0/distill.db,s1/distill.db grpo=s0/grpo.db,s1/grpo.db
+    python bench/paired_heldout.py --within /tmp/bl13/opcd.db heldout_cycle1_wake eval:adapter-0002
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ def per_task(db: str, name: str) -> dict[str, tuple[str, bool]] | None:
         raise sqlite3.DatabaseError(f"evaluation {name!r} has no per-task results ({type(e).__name__}: {e})") from None
 
 
-USAGE = "usage: paired_heldout.py EVALUATION NAME=DB[,DB...] NAME=DB[,DB...] [...]"
+USAGE = ("usage: paired_heldout.py EVALUATION NAME=DB[,DB...] NAME=DB[,DB...] [...]"
+         " | paired_heldout.py --within DB EVALUATION EVALUATION [...]")
 
 
 def parse_conditions(args: list[str]) -> dict[str, list[str]]:
@@ -78,27 +84,35 @@ def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(__doc__.strip())
         return 0
-    if len(argv) < 3:
+    within = argv[:1] == ["--within"]
+    if len(argv) < (4 if within else 3):
         print(USAGE, file=sys.stderr)
         return 2
-    try:
-        name, conds = argv[0], parse_conditions(argv[1:])
-    except ValueError as e:
-        print(f"paired_heldout: {e}; {USAGE}", file=sys.stderr)
-        return 2
-    got: dict[str, dict[tuple[int, str], tuple[str, bool]]] = {}
-    for k, dbs in conds.items():
-        got[k] = {}
-        for i, db in enumerate(dbs):
-            try:
-                one = per_task(db, name)
-            except sqlite3.Error as e:
-                print(f"paired_heldout: cannot read {db}: {e}", file=sys.stderr)
-                return 2
-            if one is None:
-                print(f"paired_heldout: no evaluation {name!r} in {db}", file=sys.stderr)
-                return 2
-            got[k].update({(i, key): v for key, v in one.items()})
+    if within:  # one library, several evaluations: each evaluation is a condition
+        if len(set(argv[2:])) < len(argv) - 2:
+            print(f"paired_heldout: an evaluation is given twice; {USAGE}", file=sys.stderr)
+            return 2
+        runs = [(e, argv[1], e) for e in argv[2:]]
+        conds = {e: [argv[1]] for e in argv[2:]}
+    else:
+        try:
+            conds = parse_conditions(argv[1:])
+        except ValueError as e:
+            print(f"paired_heldout: {e}; {USAGE}", file=sys.stderr)
+            return 2
+        runs = [(k, db, argv[0]) for k, dbs in conds.items() for db in dbs]
+    got: dict[str, dict[tuple[int, str], tuple[str, bool]]] = {k: {} for k in conds}
+    for k, db, name in runs:
+        try:
+            one = per_task(db, name)
+        except sqlite3.Error as e:
+            print(f"paired_heldout: cannot read {db}: {e}", file=sys.stderr)
+            return 2
+        if one is None:
+            print(f"paired_heldout: no evaluation {name!r} in {db}", file=sys.stderr)
+            return 2
+        i = conds[k].index(db)
+        got[k].update({(i, key): v for key, v in one.items()})
     for a, b in itertools.combinations(conds, 2):
         keys = sorted(got[a])
         if keys != sorted(got[b]) or any(got[a][t][0] != got[b][t][0] for t in keys):

@@ -104,3 +104,20 @@ def test_a_path_with_uri_characters_is_read_literally_and_never_written(tmp_path
 def test_help_exits_zero():
     out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=False)
     assert out.returncode == 0 and "Runs over several seeds pool" in out.stdout and out.stderr == ""
+
+
+def test_within_one_library_pairs_its_evaluations(tmp_path):
+    """--within: a session's held-out evaluations against those `arena eval` adds to the same library."""
+    qs = ["1 + 2", "3 + 4", "5 + 6"]
+    db = library(tmp_path / "a.db", qs, [1.0, 0.0, 0.0])  # records EVAL
+    with LessonStore(db) as store:
+        report_fixture.evaluate(store, store.get_session("a").id, "eval:adapter-0002", [1.0, 1.0, 1.0])
+    out = subprocess.run([sys.executable, str(SCRIPT), "--within", db, EVAL, "eval:adapter-0002"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert (got["a"], got["b"], got["a_only"], got["b_only"], got["n"]) == (EVAL, "eval:adapter-0002", 0, 2, 3)
+    for args, fragment in ((["--within", db, EVAL], "usage:"), (["--within", db, EVAL, EVAL], "given twice"),
+                           (["--within", db, EVAL, "eval:nope"], "no evaluation 'eval:nope'")):
+        bad = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False)
+        assert bad.returncode == 2 and bad.stdout == "" and fragment in bad.stderr, (args, bad.stderr)
