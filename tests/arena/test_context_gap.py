@@ -1,0 +1,80 @@
+"""`bench/context_gap.py`: the per-token reverse KL between a model without lessons and the base model with them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from session_scripts import make_session
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "context_gap.py"
+spec = importlib.util.spec_from_file_location("context_gap", SCRIPT)
+context_gap = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(context_gap)
+
+
+def test_the_gap_is_zero_without_context_and_an_untrained_adapter_keeps_the_base_gap(tiny_dir):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from arena.distill.trainer import prompt_ids
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    plain = prompt_ids(tok, [{"role": "user", "content": "What is 2 + 3?"}])
+    taught = prompt_ids(tok, [{"role": "system", "content": "Lesson: add the ones first."},
+                              {"role": "user", "content": "What is 2 + 3?"}])
+    comps = [tok("5", add_special_tokens=False)["input_ids"], tok("It is 5 then", add_special_tokens=False)["input_ids"]]
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    same = context_gap.task_gaps(model, [(plain, plain, c) for c in comps], pad, adapter=False)
+    assert same == pytest.approx([0.0, 0.0], abs=1e-6)
+    gaps = context_gap.task_gaps(model, [(plain, taught, c) for c in comps], pad, adapter=False, batch=1)
+    assert all(g > 1e-6 for g in gaps)
+    assert context_gap.task_gaps(model, [(plain, taught, c) for c in comps], pad, adapter=False) == pytest.approx(gaps, rel=1e-4)
+    # a fresh LoRA (B = 0) is the base model: its gap is the base's, computed with the adapter disabled for the teacher
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])).eval()
+    assert context_gap.task_gaps(peft_model, [(plain, taught, c) for c in comps], pad, adapter=True) == pytest.approx(gaps, rel=1e-4)
+
+
+def test_summary_by_hand():
+    row = context_gap.summarise("a", [0.1, 0.3], [1, 3], [0.0, 0.1])
+    assert row["kl_token_mean"] == pytest.approx((0.1 * 1 + 0.3 * 3) / 4) and row["kl_task_mean"] == pytest.approx(0.2)
+    half = 12.7062047 * 0.1  # t(0.975, 1) · sem, sem = sd / √2 = 0.1414 / 1.414
+    assert row["ci95"] == pytest.approx([0.2 - half, 0.2 + half], abs=1e-4)
+    assert row["diff_vs_base"] == pytest.approx(0.15) and row["tasks_closer_than_base"] == 0
+    assert 0 < row["wilcoxon_p"] <= 1
+    assert "diff_vs_base" not in context_gap.summarise("base", [0.1, 0.3], [1, 3], None)
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False)
+
+
+def test_a_session_with_an_active_lesson_gets_a_base_row_and_bad_input_one_line(tmp_path, tiny):
+    db = tmp_path / "arena.db"
+    make_session(db, tiny)
+    out = run("--db", str(db), "--session", "demo", "--base-model", str(tiny))
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "context_gap: no held-out prompt of session 'demo' shows an active lesson")  # the lesson is a candidate
+    with sqlite3.connect(db) as c:
+        c.execute("update lessons set status = 'active'")
+    out = run("--db", str(db), "--session", "demo", "--base-model", str(tiny), "--max-tokens", "4")
+    assert out.returncode == 0, out.stderr
+    (row,) = [json.loads(line) for line in out.stdout.splitlines()]
+    assert row["model"] == "base" and row["lessons_shown"] == 4 and row["tasks"] <= 4 and row["tokens"] >= row["tasks"]
+    assert row["kl_task_mean"] > 0 and math.isfinite(row["kl_token_mean"])
+    for args, fragment in ((["--db", str(tmp_path / "nope.db"), "--session", "demo"], "no library at"),
+                           (["--db", str(db), "--session", "other", "--base-model", str(tiny)], "no session named 'other'"),
+                           (["--db", str(db), "--session", "demo", "--adapter", "adapter-0009", "--base-model", str(tiny)],
+                            "no adapter 'adapter-0009'"),
+                           (["--db", str(db), "--session", "demo", "--tasks", "-1"], "--tasks must be >= 0")):
+        bad = run(*args)
+        assert bad.returncode == 2 and bad.stdout == "" and fragment in bad.stderr, (args, bad.stderr)
+        assert len(bad.stderr.strip().splitlines()) == 1
