@@ -16,7 +16,7 @@ Three modes, combinable:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from agents.policy import Message, Policy
@@ -200,31 +200,32 @@ def write_hint(
     return Hint("+".join(used), PART_SEPARATOR.join(parts), rejected)
 
 
-def hint_without_answer(mode: str | None, text: str) -> str:
-    """The hint with its ``answer`` part removed: what may reach a teacher whose behaviour is distilled.
+def hint_parts(mode: str | None, text: str, keep: Collection[str]) -> str:
+    """The parts of a stored hint whose mode is in ``keep``, in order (the others removed).
 
-    On-policy context distillation trains the adapter, without the hint, toward the base model
-    with it. A hint that states the reference answer makes that teacher an oracle for one task:
-    the student would learn to emit answers it cannot derive (memorisation, not skill). Plan and
-    feedback parts carry no answer (:func:`write_hint` rejects parts that do) and are kept.
+    Context distillation keeps only the parts that carry over to other tasks: a hint's
+    ``answer`` part makes the teacher an oracle for its one task, and its ``feedback`` part
+    names that task's wrong answers, which no prompt without the hint can know
+    (:func:`arena.distill.opcd.build_opcd_dataset`).
 
     Args:
-        mode: the stored hint's modes joined by ``+`` (``hints.mode``, e.g. ``"feedback+answer"``);
-            None: a hint of unknown mode, taken as written.
+        mode: the stored hint's modes joined by ``+`` (``hints.mode``, e.g. ``"plan+feedback"``);
+            None: unknown.
         text: the hint text; :func:`write_hint` separates its parts with a blank line (plan and
             answer parts hold no line break; feedback lines are separated by single ones).
+        keep: the modes whose parts are kept (a subset of :data:`HINT_MODES`).
 
     Returns:
-        The remaining parts, in order; "" when nothing but the answer remains, or when the parts
-        cannot be told apart (their count differs from the modes'), since the text then may hold
-        the answer anywhere.
+        The kept parts joined as :func:`write_hint` joins them; "" when none is kept, and when the
+        parts cannot be told apart (mode unknown, or the count of parts differs from the count of
+        modes), since the text then may hold a removed part anywhere.
     """
     if mode is None:
-        return text
+        return ""
     modes = mode.split("+")
-    if "answer" not in modes:
+    if set(modes) <= set(keep):
         return text
     parts = text.split(PART_SEPARATOR)
     if len(parts) != len(modes):
         return ""
-    return PART_SEPARATOR.join(p for m, p in zip(modes, parts, strict=True) if m != "answer")
+    return PART_SEPARATOR.join(p for m, p in zip(modes, parts, strict=True) if m in keep)

@@ -9,9 +9,9 @@ off-policy form; the on-policy reverse-KL setting of GKD, Agarwal et al. 2024, a
 - the **teacher** is the frozen policy training starts from — the base model (the adapter
   disabled), or with ``--sleep-from previous`` the previous adapter — given the context to
   distil: the lessons section a held-out prompt of the task gets at sleep time (the library's
-  active lessons not yet distilled) and, for a task whose group all failed, its hint without
-  the answer part, in the user turn as the guided re-attempt saw it (:func:`build_opcd_dataset`
-  says why both differ from the episode's own context);
+  active lessons not yet distilled) and, for a task whose group all failed, the plan part of its
+  hint, in the user turn as the guided re-attempt saw it (:func:`build_opcd_dataset` says why
+  both differ from the episode's own context);
 - the loss is the per-token reverse KL(π_student ‖ π_teacher) over the full vocabulary on the
   completion tokens of the student's samples (:func:`arena.distill.losses.reverse_kl`),
   token-mean over the optimizer step.
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from agents.roles.hints import hint_without_answer
+from agents.roles.hints import hint_parts
 from agents.roles.solver import guided_messages, with_lessons_section
 from arena.distill.config import TrainConfig
 from arena.distill.data import DistillDataset, NoTrainingData
@@ -64,7 +64,7 @@ class OPCDExample:
 
     Attributes:
         kind: ``"lessons"`` (the teacher sees a lessons section) or ``"hint"`` (the teacher sees
-            the hint of an all-fail group without its answer part, plus lessons if any).
+            the plan part of an all-fail group's hint, plus lessons if any).
         rollout_id: the stored rollout whose chat gives the teacher's context (provenance).
         task_key: its task.
         messages: the student's chat: the solver's chat without lessons and hint.
@@ -90,6 +90,7 @@ class OPCDExample:
         return False
 
 
+OPCD_HINT_PARTS = ("plan",)  # the parts of a hint that carry over to other tasks (build_opcd_dataset says why)
 LessonsNow = Callable[[str, str], tuple[str, list[str]]]  # (family, question) -> (lessons section, lesson ids)
 
 
@@ -105,14 +106,17 @@ def build_opcd_dataset(rollouts: Sequence[TrainingRollout], strip_lessons: Calla
       without it, the lessons section the episode's solver had. The episodes of a session's
       first round never have lessons in context (reflection writes lessons at the end of a
       round), so without ``lessons_now`` a one-round wake distils hints only.
-    - **hint**, for an episode whose group all failed and was re-attempted with one: the hint
-      with its ``answer`` part removed (:func:`agents.roles.hints.hint_without_answer`). A
-      teacher told the answer is an oracle for that one task; matching it teaches the student
-      to emit answers it cannot derive.
+    - **hint**, for an episode whose group all failed and was re-attempted with one: only its
+      ``plan`` part (:data:`OPCD_HINT_PARTS`, :func:`agents.roles.hints.hint_parts`). An
+      ``answer`` part makes the teacher an oracle for that one task, and a ``feedback`` part names
+      that task's wrong answers; no prompt without the hint can know either, so matching such a
+      teacher teaches the student to guess, not to reason. Measured on one session-12 wake (seed 0,
+      bench/RESULTS.md): opcd adapters scored 0.109 with answer hints, 0.188 with feedback hints
+      and 0.313 with lessons alone (base 0.266, base + lessons 0.344).
 
-    An episode left with neither is skipped: ``no_context``, or ``answer_hint_only`` when its
-    only context was an answer hint (the teacher would be the base model on the student's own
-    chat, which only pulls the adapter back to the base).
+    An episode left with neither is skipped: ``no_context``, or ``hint_not_distilled`` when its
+    only context was a hint without a plan part (the teacher would be the base model on the
+    student's own chat, which only pulls the adapter back to the base).
 
     Args:
         rollouts: the session's train rollouts (any order); rewards and log-probs are not read.
@@ -139,11 +143,11 @@ def build_opcd_dataset(rollouts: Sequence[TrainingRollout], strip_lessons: Calla
         else:
             section, ids = lessons_now(r.family, student[-1]["content"])
             teacher, lessons = with_lessons_section(student, section), tuple(ids)
-        hint = hint_without_answer(r.hint_mode, r.hint_text or "") if guided else ""
+        hint = hint_parts(r.hint_mode, r.hint_text or "", OPCD_HINT_PARTS) if guided else ""
         if hint:
             teacher = guided_messages(teacher, hint)
         if teacher == student:
-            out.skipped["answer_hint_only" if guided and r.hint_text else "no_context"] += 1
+            out.skipped["hint_not_distilled" if guided and r.hint_text else "no_context"] += 1
             continue
         out.examples.append(OPCDExample("hint" if hint else "lessons", r.rollout_id, r.task_key, student, teacher,
                                         lessons, r.hint_id if hint else None))

@@ -15,7 +15,7 @@ from agents.roles.hints import (
     FailedAttempt,
     HintModeError,
     feedback_hint,
-    hint_without_answer,
+    hint_parts,
     parse_hint_modes,
     write_hint,
 )
@@ -175,21 +175,23 @@ def test_answer_mode_is_star_rationalization():
     assert hint.mode == "answer" and "57" in hint.text and "<answer>57</answer>" in hint.text
 
 
-def test_the_answer_part_comes_off_every_hint_write_hint_makes():
-    """hint_without_answer inverts write_hint's composition: every other part stays, the answer's never."""
+def test_hint_parts_keeps_exactly_the_parts_asked_for_of_every_hint_write_hint_makes():
+    """hint_parts inverts write_hint's composition: the parts kept stay as written, the others never appear."""
     failed = [FailedAttempt("x", "50", "answer '50' is incorrect"), FailedAttempt("y", None, "no answer found")]
     plan = FakePolicy(lambda m, i: "Add the tens first, then the ones.")
     parts = {"plan": "Add the tens first, then the ones.", "feedback": feedback_hint(failed, "57")[0]}
     for modes in (("answer",), ("plan", "answer"), ("feedback", "answer"), ("plan", "feedback", "answer"),
                   ("plan",), ("feedback",), ("plan", "feedback")):
         hint = write_hint(plan, modes, "What is 43 + 14?", failed, "57")
-        want = "\n\n".join(parts[m] for m in modes if m != "answer")
-        assert hint_without_answer(hint.mode, hint.text) == want, modes
-        assert "57" not in hint_without_answer(hint.mode, hint.text)
-    # parts that cannot be told apart (a hint edited by hand, a critique with a blank line): nothing is kept
-    assert hint_without_answer("feedback+answer", "Feedback: 50 is wrong. The correct final answer is 57.") == ""
-    assert hint_without_answer("feedback+answer", "- a\n\n- b\n\nThe correct final answer is 57.") == ""
-    assert hint_without_answer(None, "Carry the ones.") == "Carry the ones."  # unknown mode: taken as written
+        for keep in (("plan",), ("plan", "feedback"), ("feedback",)):
+            want = "\n\n".join(parts[m] for m in modes if m in keep)
+            assert hint_parts(hint.mode, hint.text, keep) == want, (modes, keep)
+        assert "57" not in hint_parts(hint.mode, hint.text, ("plan", "feedback"))
+        assert hint_parts(hint.mode, hint.text, ("plan", "feedback", "answer")) == hint.text
+    # parts that cannot be told apart (a hint edited by hand, a critique with a blank line), or an unknown mode: nothing
+    assert hint_parts("feedback+answer", "Feedback: 50 is wrong. The correct final answer is 57.", ("feedback",)) == ""
+    assert hint_parts("feedback+answer", "- a\n\n- b\n\nThe correct final answer is 57.", ("feedback",)) == ""
+    assert hint_parts(None, "Carry the ones.", ("plan",)) == ""
 
 
 def test_parse_hint_modes():

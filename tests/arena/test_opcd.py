@@ -58,11 +58,12 @@ def test_reverse_kl_on_a_four_token_vocabulary_by_hand():
 
 
 LESSON_SECTION = render_lessons([LessonView("L1", "Add the ones first.")], 512, lambda s: len(s.split()))[0]
+PLAN = "Add the ones first, then the tens."
 FEEDBACK = "Feedback on earlier attempts (all wrong):\n- An earlier attempt answered '4': answer '4' is incorrect"
 ANSWER = "The correct final answer is 3. Work out the steps that lead to it, then give it on the last line as <answer>3</answer>."
 
 
-def roll(rid, episode, guided=False, lessons=True, reward=0.0, hint=("feedback", FEEDBACK)):
+def roll(rid, episode, guided=False, lessons=True, reward=0.0, hint=("plan", PLAN)):
     msgs = solver_messages(f"What is {episode} + 1?", LESSON_SECTION if lessons else "")
     mode, text = hint
     hinted = guided_messages(msgs, text)
@@ -92,20 +93,23 @@ def test_contexts_pair_the_bare_chat_with_what_the_solver_had():
         require_opcd_examples(build_opcd_dataset([], strip_lessons_section), "s")
 
 
-def test_the_answer_part_of_a_hint_never_reaches_the_teacher():
-    """The case of session 12's full-size opcd run: all 18 examples of its one-cycle wake were answer hints
-    ("feedback,answer"), so the teacher was an oracle for each task and the adapter fell below the base model."""
-    both = roll(1, 1, guided=True, lessons=False, hint=("feedback+answer", f"{FEEDBACK}\n\n{ANSWER}"))
-    only = roll(2, 2, guided=True, lessons=False, hint=("answer", ANSWER))
+def test_only_the_plan_part_of_a_hint_reaches_the_teacher():
+    """The case of session 12's full-size opcd run: all 18 examples of its one-cycle wake were `feedback,answer`
+    hints, so the teacher was an oracle for each task and the adapter fell to 0.109 (base 0.266). Feedback parts
+    name one task's wrong answers: 0.188 on the same wake; lessons alone 0.313."""
+    full = roll(1, 1, guided=True, lessons=False, hint=("plan+feedback+answer", f"{PLAN}\n\n{FEEDBACK}\n\n{ANSWER}"))
+    answer = roll(2, 2, guided=True, lessons=False, hint=("feedback+answer", f"{FEEDBACK}\n\n{ANSWER}"))
     with_lessons = roll(3, 3, guided=True, hint=("answer", ANSWER))
-    unsplittable = roll(4, 4, guided=True, lessons=False, hint=("feedback+answer", f"{FEEDBACK} {ANSWER}"))
-    data = build_opcd_dataset([both, only, with_lessons, unsplittable], strip_lessons_section)
+    unsplittable = roll(4, 4, guided=True, lessons=False, hint=("plan+answer", f"{PLAN} {ANSWER}"))
+    data = build_opcd_dataset([full, answer, with_lessons, unsplittable], strip_lessons_section)
     assert [(e.kind, e.rollout_id) for e in data.examples] == [("hint", 1), ("lessons", 3)]
-    fb, les = data.examples
-    assert fb.teacher_messages == guided_messages(solver_messages("What is 1 + 1?"), FEEDBACK) and fb.hint_id == 9
+    plan, les = data.examples
+    assert plan.teacher_messages == guided_messages(solver_messages("What is 1 + 1?"), PLAN) and plan.hint_id == 9
     assert les.teacher_messages == solver_messages("What is 3 + 1?", LESSON_SECTION) and les.hint_id is None
-    assert all("correct final answer" not in m["content"] for e in data.examples for m in e.teacher_messages)
-    assert dict(data.skipped) == {"answer_hint_only": 2}  # an answer alone, or parts that cannot be told apart
+    for e in data.examples:
+        assert all("correct final answer" not in m["content"] and "An earlier attempt" not in m["content"]
+                   for m in e.teacher_messages)
+    assert dict(data.skipped) == {"hint_not_distilled": 2}  # no plan part, or parts that cannot be told apart
     assert data.provenance()["hint_ids"] == [9] and data.provenance()["by_kind"] == {"lessons": 1, "hint": 1}
 
 
@@ -123,7 +127,7 @@ def test_the_teacher_sees_the_library_as_it_is_at_sleep_time():
     assert seen == [("f", "What is 1 + 1?"), ("f", "What is 2 + 1?"), ("f", "What is 3 + 1?")]  # the bare question
     assert [(e.kind, e.rollout_id, e.lessons) for e in data.examples] == [("lessons", 1, ("L1",)), ("hint", 3, ())]
     assert data.examples[0].teacher_messages == solver_messages("What is 1 + 1?", LESSON_SECTION)
-    assert data.examples[1].teacher_messages == guided_messages(solver_messages("What is 3 + 1?"), FEEDBACK)
+    assert data.examples[1].teacher_messages == guided_messages(solver_messages("What is 3 + 1?"), PLAN)
     assert dict(data.skipped) == {"no_context": 1}  # episode 2's lesson is no longer in the library's answer
 
 
