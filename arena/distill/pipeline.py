@@ -604,7 +604,8 @@ def run_eval(
 
     With ``adapter``: conditions ``adapter`` and ``adapter_lessons`` (the lessons it distilled
     are left out); without: ``base`` and ``base_lessons``. Each is recorded in the session's
-    evaluations under ``eval:<adapter id or base>[+lessons]``.
+    evaluations under ``eval:<adapter id or base>[+lessons]``, with the per-task rows a session's
+    held-out evaluations hold (so ``bench/paired_heldout.py`` can pair them).
 
     Raises:
         DistillError / AdapterError / agents.policy.PolicyError: bad session, adapter or model.
@@ -628,7 +629,8 @@ def run_eval(
     for name, res, wl in ((names[0], plain, False), (names[1], withl, True)):
         s = res.summary()
         store.record_evaluation(sid, f"eval:{label}{'+lessons' if wl else ''}", "heldout", wl, res.rewards,
-                                tuple(s["ci95"]), {"lessons": res.lessons, "adapter": str(path) if path else None})
+                                tuple(s["ci95"]), {**res.details(), "lessons": res.lessons,
+                                                   "adapter": str(path) if path else None})
     return {
         "session": session,
         "adapter_id": info.adapter_id if info else None,

@@ -88,6 +88,11 @@ def test_distill_then_eval_end_to_end(db, tiny, tmp_path, arena_inproc):
     assert ev["adapter_id"] == "adapter-0001" and set(ev["eval"]) == {"adapter", "adapter_lessons"}
     assert ev["excluded_lessons"] == out["distilled"]
     assert ev["eval"]["adapter"] == {k: out["eval"]["adapter"][k] for k in ev["eval"]["adapter"]}  # greedy: same figures
+    with sqlite3.connect(db) as c:  # per-task rows, as a session's held-out evaluations keep them (paired tests read them)
+        details = json.loads(c.execute("select details from evaluations where name = 'eval:adapter-0001'").fetchone()[0])
+    assert len(details["tasks"]) == ev["eval"]["adapter"]["n"]
+    assert sum(r["reward"] == 1.0 for r in details["tasks"]) == ev["eval"]["adapter"]["passes"]
+    assert {"task_key", "extracted_answer", "reward", "lessons"} <= set(details["tasks"][0])
 
     # a table without --json
     proc = arena_inproc("eval", "--db", str(db), "--base-model", str(tiny), "--max-tokens", "4")
