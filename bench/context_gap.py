@@ -16,7 +16,8 @@ averaged over the completion's tokens t (:func:`arena.distill.losses.reverse_kl`
 model without lessons is the first row: the gap there is what the lessons change. An adapter
 that absorbed them has a smaller gap than the base; one that drifted, a larger one.
 
-Each row gives the token mean, the task mean with a 95% t-interval over tasks, and for adapters
+Each row gives the token mean, the task mean with a 95% t-interval over tasks (cut at 0; null for
+one task), and for adapters
 the paired difference to the base row per task with the Wilcoxon signed-rank p (scipy). Rows are
 JSON lines on stdout. Models load in fp32 on the CPU.
 
@@ -86,7 +87,9 @@ def summarise(name: str, gaps: list[float], tokens: list[int], base: list[float]
     row: dict[str, Any] = {
         "model": name, "tasks": n, "tokens": sum(tokens),
         "kl_token_mean": round(sum(g * k for g, k in zip(gaps, tokens, strict=True)) / sum(tokens), 5),
-        "kl_task_mean": round(mean, 5), "ci95": [round(mean - half, 5), round(mean + half, 5)],
+        "kl_task_mean": round(mean, 5),
+        # a KL is never negative: the interval is cut at 0; one task has none (null, valid JSON)
+        "ci95": [round(max(0.0, mean - half), 5), round(mean + half, 5)] if math.isfinite(half) else None,
     }
     if base is not None:
         diffs = [g - b for g, b in zip(gaps, base, strict=True)]
@@ -115,11 +118,17 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    from agents.backends.local import LocalPolicy
+    from agents.backends.local import LocalPolicy, ensure_converted
     from agents.policy import PolicyError, sample_many
     from agents.roles.solver import solver_messages
     from arena.cli.support import quiet_libraries
-    from arena.distill.pipeline import DistillError, base_token_count, resolve_adapter, session_heldout
+    from arena.distill.pipeline import (
+        DistillError,
+        base_token_count,
+        check_adapter_for_base,
+        resolve_adapter,
+        session_heldout,
+    )
     from arena.distill.trainer import prompt_ids
     from arena.distill.weights import AdapterError
     from arena.episode.prompt import retrieve_for_task
@@ -130,6 +139,11 @@ def main(argv: list[str]) -> int:
         with LessonStore(args.db) as store:
             _, tasks = session_heldout(store, args.db, args.session)
             adapters = [resolve_adapter(store, a)[0] for a in args.adapter]
+            base_dir = args.base_model or ensure_converted()
+            if not base_dir.is_dir():
+                raise PolicyError(f"no base model directory at {base_dir}")
+            for path in adapters:  # before any model loads or any row is written
+                check_adapter_for_base(path, base_dir)
             count = base_token_count(args.base_model)  # the tokenizer alone: no model loads before there is work
             shown = []
             for t in tasks:

@@ -9,9 +9,12 @@ another ``--seed`` draw other tasks under the same keys, and are refused rather 
 Runs over several seeds pool: ``NAME=DB1,DB2`` stacks the libraries in order, so each condition
 must list its seeds in the same order, and the test runs on all their tasks together.
 
-``--within DB EVALUATION EVALUATION [...]`` pairs evaluations recorded in one library instead: a
-session's own held-out evaluations (``heldout_cycle1_wake`` ...) and those ``arena eval`` adds
-(``eval:adapter-0002`` ...), all on the session's held-out tasks.
+``--within DB [--session NAME] EVALUATION EVALUATION [...]`` pairs evaluations recorded in one
+library instead: a session's own held-out evaluations (``heldout_cycle1_wake`` ...) and those
+``arena eval`` adds (``eval:adapter-0002`` ...), all on the session's held-out tasks. Names are
+unique per session: in a library of several sessions, ``--session`` says which (a name several
+sessions recorded is refused without it). Evaluations must share their completion cap to be
+compared: ``arena eval --max-tokens`` defaults to the session's.
 
 Usage::
 
@@ -32,20 +35,30 @@ from arena.stats import paired_comparison
 from lessons.outcomes import passes
 
 
-def per_task(db: str, name: str) -> dict[str, tuple[str, bool]] | None:
+def per_task(db: str, name: str, session: str | None = None) -> dict[str, tuple[str, bool]] | None:
     """task key → (question, passed) of evaluation ``name`` in the library ``db`` (read-only); None when not recorded.
 
+    Evaluation names are unique per session: ``session`` picks one; without it a name that
+    several sessions of the library recorded is refused rather than one of them picked.
+
     Raises:
-        sqlite3.Error: ``db`` is not a readable library, or the evaluation has no per-task results.
+        sqlite3.Error: ``db`` is not a readable library, the evaluation has no per-task results, or
+            it is recorded in several sessions and ``session`` is None.
     """
     path = Path(db)
     if not path.is_file():
-        raise sqlite3.OperationalError("no such file")
+        raise sqlite3.OperationalError("no such file" if not path.exists() else "not a file")
     # as_uri() percent-encodes '#', '?' and '%', which a raw "file:" URI would read as its own syntax
     with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as conn:
-        row = conn.execute("SELECT session_id, details FROM evaluations WHERE name = ?", (name,)).fetchone()
-        if row is None:
+        rows = conn.execute("SELECT e.session_id, e.details, s.name FROM evaluations e JOIN sessions s "
+                            "ON s.id = e.session_id WHERE e.name = ? AND (? IS NULL OR s.name = ?) ORDER BY s.name",
+                            (name, session, session)).fetchall()
+        if not rows:
             return None
+        if len(rows) > 1:
+            raise sqlite3.DatabaseError(f"evaluation {name!r} is recorded in {len(rows)} sessions "
+                                        f"({', '.join(r[2] for r in rows)}): name one with --session")
+        row = rows[0]
         questions = dict(conn.execute("SELECT task_key, question FROM tasks WHERE session_id = ?", (row[0],)))
     try:
         rows = json.loads(row[1])["tasks"]
@@ -56,7 +69,7 @@ def per_task(db: str, name: str) -> dict[str, tuple[str, bool]] | None:
 
 
 USAGE = ("usage: paired_heldout.py EVALUATION NAME=DB[,DB...] NAME=DB[,DB...] [...]"
-         " | paired_heldout.py --within DB EVALUATION EVALUATION [...]")
+         " | paired_heldout.py --within DB [--session NAME] EVALUATION EVALUATION [...]")
 
 
 def parse_conditions(args: list[str]) -> dict[str, list[str]]:
@@ -85,6 +98,12 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip())
         return 0
     within = argv[:1] == ["--within"]
+    session = None
+    if within and argv[2:3] == ["--session"]:
+        if len(argv) < 4:
+            print(USAGE, file=sys.stderr)
+            return 2
+        session, argv = argv[3], argv[:2] + argv[4:]
     if len(argv) < (4 if within else 3):
         print(USAGE, file=sys.stderr)
         return 2
@@ -104,12 +123,13 @@ def main(argv: list[str]) -> int:
     got: dict[str, dict[tuple[int, str], tuple[str, bool]]] = {k: {} for k in conds}
     for k, db, name in runs:
         try:
-            one = per_task(db, name)
+            one = per_task(db, name, session)
         except sqlite3.Error as e:
             print(f"paired_heldout: cannot read {db}: {e}", file=sys.stderr)
             return 2
         if one is None:
-            print(f"paired_heldout: no evaluation {name!r} in {db}", file=sys.stderr)
+            where = f"session {session!r} of {db}" if session else db
+            print(f"paired_heldout: no evaluation {name!r} in {where}", file=sys.stderr)
             return 2
         i = conds[k].index(db)
         got[k].update({(i, key): v for key, v in one.items()})

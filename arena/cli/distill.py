@@ -117,8 +117,8 @@ def eval_cmd(
     session: Annotated[Optional[str], typer.Option(help="Session whose held-out tasks are evaluated (default: the newest with rollouts).")] = None,
     adapter: Annotated[Optional[str], typer.Option(help="Adapter id (adapter-0001) or directory; without it the base model is evaluated.")] = None,
     base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded model).")] = None,
-    lesson_tokens: Annotated[int, typer.Option(help="Lessons budget of the with-lessons evaluation, tokens.")] = 512,
-    max_tokens: Annotated[int, typer.Option(help="Completion cap, tokens.")] = 96,
+    lesson_tokens: Annotated[Optional[int], typer.Option(help="Lessons budget of the with-lessons evaluation, tokens (default: the session's).")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help="Completion cap, tokens (default: the session's, so the figures pair with its own held-out evaluations).")] = None,
     critic: Annotated[bool, typer.Option("--critic", help="Instead: the rubric judge's calibration against verifiers (as `arena critic calibrate`).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
@@ -135,7 +135,7 @@ def eval_cmd(
 
     store = None
     try:
-        if lesson_tokens < 0 or not 1 <= max_tokens <= 4096:
+        if (lesson_tokens is not None and lesson_tokens < 0) or (max_tokens is not None and not 1 <= max_tokens <= 4096):
             raise DistillError("--lesson-tokens must be >= 0 and --max-tokens in [1, 4096]")
         require_db_file(db)
         store = LessonStore(db)

@@ -185,8 +185,10 @@ def require_opcd_examples(data: DistillDataset, session: str) -> None:
         return
     data.require_rollouts(session)
     raise NoTrainingData(
-        f"no eligible training data in session {session!r} for objective opcd: no episode had lessons or a hint "
-        f"in its solver's context ({data.skip_reasons()}); run the session with lessons (reflection on) or hints"
+        f"no eligible training data in session {session!r} for objective opcd: no train task has an active lesson "
+        f"(within the lessons budget) or a hint with a plan part ({data.skip_reasons()}); activate lessons "
+        "(`arena lessons add`, or more rounds with --utility-every so candidates pass their A/B) or run with "
+        "--hint-mode plan"
     )
 
 

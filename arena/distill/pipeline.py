@@ -596,8 +596,8 @@ def run_eval(
     db: str,
     session: str,
     adapter: str | None,
-    lesson_tokens: int = 512,
-    max_tokens: int = 96,
+    lesson_tokens: int | None = None,
+    max_tokens: int | None = None,
     base_model: Path | None = None,
 ) -> dict[str, Any]:
     """Held-out pass@1 of the base model or an adapter, without and with lessons; stored as evaluations.
@@ -605,14 +605,18 @@ def run_eval(
     With ``adapter``: conditions ``adapter`` and ``adapter_lessons`` (the lessons it distilled
     are left out); without: ``base`` and ``base_lessons``. Each is recorded in the session's
     evaluations under ``eval:<adapter id or base>[+lessons]``, with the per-task rows a session's
-    held-out evaluations hold (so ``bench/paired_heldout.py`` can pair them).
+    held-out evaluations hold (so ``bench/paired_heldout.py`` can pair them) and the budgets used.
+    ``lesson_tokens`` / ``max_tokens``: None takes the session's (``--lesson-tokens``, ``--max-tokens``),
+    as its own held-out evaluations used; recording the same name again replaces the earlier row.
 
     Raises:
         DistillError / AdapterError / agents.policy.PolicyError: bad session, adapter or model.
     """
     from agents.backends.local import LocalPolicy
 
-    _, tasks = session_heldout(store, db, session)
+    session_cfg, tasks = session_heldout(store, db, session)
+    lesson_tokens = session_cfg.lesson_tokens if lesson_tokens is None else lesson_tokens
+    max_tokens = session_cfg.max_tokens if max_tokens is None else max_tokens
     path, info, exclude, label = None, None, set(), "base"
     if adapter is not None:
         path, info = resolve_adapter(store, adapter)
@@ -629,13 +633,16 @@ def run_eval(
     for name, res, wl in ((names[0], plain, False), (names[1], withl, True)):
         s = res.summary()
         store.record_evaluation(sid, f"eval:{label}{'+lessons' if wl else ''}", "heldout", wl, res.rewards,
-                                tuple(s["ci95"]), {**res.details(), "lessons": res.lessons,
-                                                   "adapter": str(path) if path else None})
+                                tuple(s["ci95"]), {**res.details(), "lessons": res.lessons, "max_tokens": max_tokens,
+                                                   "lesson_tokens": lesson_tokens, "adapter": str(path) if path else None})
     return {
         "session": session,
         "adapter_id": info.adapter_id if info else None,
         "adapter_path": str(path) if path else None,
         "excluded_lessons": sorted(exclude),
+        "evaluations": [f"eval:{label}", f"eval:{label}+lessons"],  # their names in the library
+        "max_tokens": max_tokens,
+        "lesson_tokens": lesson_tokens,
         "eval": {names[0]: plain.summary(), names[1]: withl.summary()},
     }
 

@@ -46,8 +46,13 @@ def test_the_gap_is_zero_without_context_and_an_untrained_adapter_keeps_the_base
 def test_summary_by_hand():
     row = context_gap.summarise("a", [0.1, 0.3], [1, 3], [0.0, 0.1])
     assert row["kl_token_mean"] == pytest.approx((0.1 * 1 + 0.3 * 3) / 4) and row["kl_task_mean"] == pytest.approx(0.2)
-    half = 12.7062047 * 0.1  # t(0.975, 1) · sem, sem = sd / √2 = 0.1414 / 1.414
-    assert row["ci95"] == pytest.approx([0.2 - half, 0.2 + half], abs=1e-4)
+    half = 12.7062047 * 0.1  # t(0.975, 1) · sem, sem = sd / √2 = 0.1414 / 1.414; a KL is >= 0: the low end is cut at 0
+    assert row["ci95"] == pytest.approx([0.0, 0.2 + half], abs=1e-4)
+    narrow = context_gap.summarise("b", [0.2, 0.2, 0.3, 0.3], [1, 1, 1, 1], None)["ci95"]
+    sem = (0.01 / 3) ** 0.5 / 2  # sd = √(4 · 0.05² / 3), over √4
+    assert narrow == pytest.approx([0.25 - 3.1824463 * sem, 0.25 + 3.1824463 * sem], abs=1e-4)  # t(0.975, 3)
+    one = context_gap.summarise("c", [0.2], [3], None)
+    assert one["ci95"] is None and json.loads(json.dumps(one), parse_constant=pytest.fail) == one  # valid JSON, no NaN
     assert row["diff_vs_base"] == pytest.approx(0.15) and row["tasks_closer_than_base"] == 0
     assert 0 < row["wilcoxon_p"] <= 1
     assert "diff_vs_base" not in context_gap.summarise("base", [0.1, 0.3], [1, 3], None)
@@ -74,7 +79,11 @@ def test_a_session_with_an_active_lesson_gets_a_base_row_and_bad_input_one_line(
                            (["--db", str(db), "--session", "other", "--base-model", str(tiny)], "no session named 'other'"),
                            (["--db", str(db), "--session", "demo", "--adapter", "adapter-0009", "--base-model", str(tiny)],
                             "no adapter 'adapter-0009'"),
-                           (["--db", str(db), "--session", "demo", "--tasks", "-1"], "--tasks must be >= 0")):
+                           (["--db", str(db), "--session", "demo", "--tasks", "-1"], "--tasks must be >= 0"),
+                           (["--db", str(db), "--session", "demo", "--adapter", str(tmp_path), "--base-model", str(tiny)],
+                            "adapter_config.json"),  # a directory that holds no adapter: refused before any row
+                           (["--db", str(db), "--session", "demo", "--base-model", str(tmp_path / "none")],
+                            "no base model directory")):
         bad = run(*args)
         assert bad.returncode == 2 and bad.stdout == "" and fragment in bad.stderr, (args, bad.stderr)
         assert len(bad.stderr.strip().splitlines()) == 1

@@ -93,6 +93,15 @@ def test_distill_then_eval_end_to_end(db, tiny, tmp_path, arena_inproc):
     assert len(details["tasks"]) == ev["eval"]["adapter"]["n"]
     assert sum(r["reward"] == 1.0 for r in details["tasks"]) == ev["eval"]["adapter"]["passes"]
     assert {"task_key", "extracted_answer", "reward", "lessons"} <= set(details["tasks"][0])
+    assert (details["max_tokens"], details["lesson_tokens"]) == (4, 512) == (ev["max_tokens"], ev["lesson_tokens"])
+    assert ev["evaluations"] == ["eval:adapter-0001", "eval:adapter-0001+lessons"]
+    # without --max-tokens: the session's cap, so the figures pair with the session's own held-out evaluations
+    with sqlite3.connect(db) as c:
+        cfg = json.loads(c.execute("select config from sessions where name = 'demo'").fetchone()[0])
+        c.execute("update sessions set config = ? where name = 'demo'", (json.dumps({**cfg, "max_tokens": 3}),))
+    proc = arena_inproc("eval", "--db", str(db), "--adapter", "adapter-0001", "--base-model", str(tiny), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["max_tokens"] == 3
 
     # a table without --json
     proc = arena_inproc("eval", "--db", str(db), "--base-model", str(tiny), "--max-tokens", "4")
@@ -238,6 +247,7 @@ def test_ungraded_and_flagged_rollouts_never_become_training_data(objective, db,
                   "select episode_id, 5, messages, completion, extracted_answer, reward, critique, prompt_tokens, "
                   "completion_tokens, finish_reason, latency_s, guided, token_ids, logprobs from rollouts "
                   "where episode_id = ? and guided = 0 and idx = 0", (first,))
+        c.execute("update lessons set status = 'active'")  # opcd's teachers see the library's active lessons
     proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", objective, "--steps", "1",
                         "--eval-max-tokens", "2", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -87,7 +87,7 @@ def test_contexts_pair_the_bare_chat_with_what_the_solver_had():
     assert dict(data.skipped) == {"no_context": 1} and data.rollouts_seen == 8
     assert data.lessons_in_context == ["L1"]  # the lessons whose effect it trains in: candidates for `distilled`
     assert data.provenance()["by_kind"] == {"lessons": 1, "hint": 1} and data.provenance()["hint_ids"] == [9]
-    with pytest.raises(NoTrainingData, match="no episode had lessons or a hint.*1 no context"):
+    with pytest.raises(NoTrainingData, match="no train task has an active lesson.*1 no context.*--hint-mode plan"):
         require_opcd_examples(build_opcd_dataset(rs[6:], strip_lessons_section), "s")
     with pytest.raises(NoTrainingData, match="no rollouts"):
         require_opcd_examples(build_opcd_dataset([], strip_lessons_section), "s")
@@ -236,7 +236,7 @@ def test_opcd_without_any_context_is_one_line(db, tiny, tmp_path, arena_inproc):
             c.execute("update rollouts set messages = ? where id = ?",
                       (json.dumps(strip_lessons_section(json.loads(msgs))), rid))
     proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "opcd")
-    assert_one_line_error(proc, "objective opcd", "no episode had lessons or a hint")
+    assert_one_line_error(proc, "objective opcd", "no train task has an active lesson")
     assert not (tmp_path / "adapters").exists()
 
 

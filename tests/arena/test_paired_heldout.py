@@ -121,3 +121,29 @@ def test_within_one_library_pairs_its_evaluations(tmp_path):
                            (["--within", db, EVAL, "eval:nope"], "no evaluation 'eval:nope'")):
         bad = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False)
         assert bad.returncode == 2 and bad.stdout == "" and fragment in bad.stderr, (args, bad.stderr)
+
+
+def test_within_a_library_of_several_sessions_names_the_session(tmp_path):
+    """Evaluation names are unique per session: a name two sessions recorded is refused, not one of them picked."""
+    db = library(tmp_path / "a.db", ["1 + 2", "3 + 4"], [1.0, 0.0])  # session "a"
+    with LessonStore(db) as store:
+        report_fixture.evaluate(store, store.get_session("a").id, "eval:adapter-0001", [1.0, 1.0])
+        sid = store.create_session("b", {"families": ["chain_sum"]}, seed=1)
+        store.upsert_tasks(sid, [_Task(f"chain_sum/heldout/{i:05d}", q) for i, q in enumerate(["1 + 2", "3 + 4"])])
+        report_fixture.evaluate(store, sid, EVAL, [0.0, 0.0])
+        report_fixture.evaluate(store, sid, "eval:adapter-0001", [0.0, 1.0])
+
+    def within(*args):
+        return subprocess.run([sys.executable, str(SCRIPT), "--within", db, *args], capture_output=True, text=True,
+                              check=False)
+
+    out = within(EVAL, "eval:adapter-0001")
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.strip().splitlines()) == 1
+    assert "is recorded in 2 sessions (a, b): name one with --session" in out.stderr
+    for session, a_pass in (("a", 0.5), ("b", 0.0)):
+        got = within("--session", session, EVAL, "eval:adapter-0001")
+        assert got.returncode == 0, got.stderr
+        assert json.loads(got.stdout)["a_pass_at_1"] == a_pass
+    missing = within("--session", "c", EVAL, "eval:adapter-0001")
+    assert missing.returncode == 2 and "no evaluation 'heldout_cycle2_no_lessons' in session 'c'" in missing.stderr
+    assert within("--session").returncode == 2
