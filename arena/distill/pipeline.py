@@ -623,7 +623,7 @@ def run_eval(
         probe = LocalPolicy(model_dir=base_model)
         check_adapter_for_base(path, probe.model_dir)
         exclude = set(info.distilled) if info else set()
-        label = info.adapter_id if info else str(path)
+        label = info.adapter_id if info else path.name[:80]  # the name fits evaluations.name (100); details keep the path
     policy = LocalPolicy(model_dir=base_model, adapter=path)
     policy.load()
     plain = evaluate(store, policy, tasks, False, (), lesson_tokens, max_tokens)

@@ -102,6 +102,15 @@ def test_distill_then_eval_end_to_end(db, tiny, tmp_path, arena_inproc):
     proc = arena_inproc("eval", "--db", str(db), "--adapter", "adapter-0001", "--base-model", str(tiny), "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["max_tokens"] == 3
+    # an unregistered directory: named by its directory name, cut so the name fits evaluations.name (100 characters)
+    import shutil
+
+    loose = tmp_path / ("x" * 120)
+    shutil.copytree(out["adapter_path"], loose)
+    (loose / "arena_adapter.json").unlink()  # no sidecar: a peft adapter from elsewhere
+    proc = arena_inproc("eval", "--db", str(db), "--adapter", str(loose), "--base-model", str(tiny), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["evaluations"] == ["eval:" + "x" * 80, "eval:" + "x" * 80 + "+lessons"]
 
     # a table without --json
     proc = arena_inproc("eval", "--db", str(db), "--base-model", str(tiny), "--max-tokens", "4")
