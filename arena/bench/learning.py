@@ -12,7 +12,8 @@ Every condition runs on the same train tasks, seeds and held-out tasks, each in 
 - ``guide-grpo``: Guide (Nath et al. 2025): GRPO plus hint-guided re-attempts of all-fail groups,
   trained under the unguided context with the shaped importance ratio; no lessons;
 - ``opcd``: on-policy context distillation: the wake writes lessons and hints, the sleep trains the
-  adapter, sampling without them, toward the base model with them in context (reverse KL);
+  adapter, sampling without them, toward the base model with the active lessons (and hints' plan
+  parts) in context (reverse KL; :func:`arena.distill.opcd.build_opcd_dataset`);
   the three on-policy objectives continue the previous cycle's adapter (``--sleep-from previous``);
 - ``loop``: the full loop — lessons (utility-gated), hints, cycles, the default sleep objective;
   ``loop`` against ``distill`` is what lessons add on top of the weights;
