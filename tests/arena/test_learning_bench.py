@@ -38,7 +38,7 @@ def test_on_policy_rows_continue_the_sampling_adapter(tmp_path):
     assert cfgs["grpo"].hint_modes == [] and cfgs["guide-grpo"].hint_modes == ["feedback", "answer"]
     for name in ("grpo", "guide-grpo"):
         assert cfgs[name].lesson_tokens == 0 and not cfgs[name].reflect and cfgs[name].utility_every == 0
-    # opcd distils what the solver had in context: lessons (reflection on) and hints
+    # opcd distils the library's active lessons (reflection and utility A/B on) and the plan parts of hints
     assert cfgs["opcd"].reflect and cfgs["opcd"].lesson_tokens == 512 and cfgs["opcd"].hint_modes
     one = LearningBenchConfig(cycles=1)  # one cycle: the previous policy is the base model
     assert session_config("grpo", one, tmp_path / "g.db").sleep_from == "base"
@@ -96,7 +96,12 @@ def test_quick_bench_end_to_end(tmp_path):
         c = result["conditions"][name]
         assert c["rollouts"] >= 16  # 4 train tasks x k=4, plus guided ones where hints are on
         assert c["curve"][0][0] == 0 and c["curve"][-1][0] == c["rollouts"]
-    for name in ("sft", "distill", "grpo", "guide-grpo", "opcd", "loop"):
+    # --quick has no utility A/B, so no lesson turns active, and its hints (feedback, answer) have no plan part: opcd,
+    # which distils active lessons and plan parts only (tests/arena/test_opcd.py), has nothing to train on
+    opcd = result["conditions"]["opcd"]
+    assert opcd["adapters"] == [] and opcd["lessons_active"] == 0 and opcd["train_tokens"] == 0
+    assert "no train task has an active lesson" in opcd["cycles"][0]["sleep_refused"]
+    for name in ("sft", "distill", "grpo", "guide-grpo", "loop"):
         assert result["conditions"][name]["adapters"] == ["adapter-0001"]
         assert result["conditions"][name]["train_tokens"] > 0
         (sleep,) = result["conditions"][name]["lessons"]

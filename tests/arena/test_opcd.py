@@ -24,7 +24,7 @@ from agents.roles.solver import (
 from arena.distill.data import NoTrainingData
 from arena.distill.losses import reverse_kl
 from arena.distill.opcd import OPCDExample, build_opcd_dataset, require_opcd_examples
-from lessons.library.adapters import TrainingRollout
+from lessons.library.adapters import AdapterStore, TrainingRollout
 
 # --------------------------------------------------------------------------- the loss, by hand
 
@@ -316,3 +316,43 @@ def test_the_teacher_is_the_policy_training_starts_from(tiny_dir, tmp_path):
         losses[name] = res.losses[0]
     assert losses["same"] == pytest.approx(losses["base"], rel=1e-5)  # the same weights: the same π_t
     assert losses["other"] > 10 * losses["base"]  # another policy as teacher: another target
+
+
+@pytest.mark.parametrize("status", ["candidate", "active"])
+def test_a_sleep_distils_the_active_lessons_of_the_library_not_the_candidates(tmp_path, tiny, status):
+    """A session's opcd sleep (arena/session/cycles.py) builds its teachers from the library at sleep time: an active
+    lesson is distilled; a candidate that never passed its utility A/B is not, though the wake's prompts showed it."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from session_scripts import solver_responder, teacher_responder, write_tasks
+
+    from agents.backends.fake import FakePolicy
+    from arena.config import SessionConfig
+    from arena.episode.context import Roles
+    from arena.session.cycles import cycle_adapters
+    from arena.session.runner import run_session
+    from arena.tasks.sources import load_tasks
+    from lessons.library.curation import Provenance
+    from lessons.library.store import LessonStore
+
+    tasks = write_tasks(tmp_path / "adding.jsonl")
+    cfg = SessionConfig(db=str(tmp_path / "arena.db"), families=[], tasks_file=tasks, train_tasks=2, heldout_tasks=2,
+                        rounds=1, rollouts=4, sleep_objective="opcd", sleep_steps=1, sleep_min_examples=1,
+                        utility_every=0, max_tokens=8, concurrency=1)
+    splits = load_tasks([], tasks, n_train=2, n_heldout=2, seed=0)
+    roles = Roles(FakePolicy(solver_responder, "solver"), FakePolicy(teacher_responder, "teacher"))
+    with LessonStore(cfg.db) as store:
+        with store.curate() as c:
+            lesson = c.add("Add the two numbers digit by digit.", "global", "", Provenance(origin={"by": "test"}),
+                           status=status)
+        summary = run_session(cfg, store, roles, splits, "s", checkpointer=InMemorySaver(), base_model=tiny)
+        adapters = cycle_adapters(store, "s")
+        shown = {lid for r in AdapterStore(store).training_rollouts("s") for lid in r.lessons_in_context}
+    assert shown == {lesson}  # the wake's train prompts showed it either way
+    refused = summary["cycles"][0]["sleep_refused"]
+    if status == "candidate":
+        assert adapters == {} and "no train task has an active lesson" in refused
+    else:
+        assert refused is None
+        (adapter,) = adapters.values()
+        assert adapter.data["by_kind"] == {"lessons": 2, "hint": 0} and adapter.data["lessons"] == [lesson]
+        assert adapter.in_context == [lesson]

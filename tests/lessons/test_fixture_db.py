@@ -78,7 +78,8 @@ def test_read_matches_the_code_before_the_redesign(today_reads, read):
 
 # Fields a read gained after the fixture was written: new data about the same rows, not a difference in them.
 ADDED_FIELDS = {
-    "training_rollouts": {"episode_id"},
+    # the episode of each rollout (GRPO's groups), issue 15; the hint's modes (opcd keeps only plan parts), issue 15
+    "training_rollouts": {"episode_id", "hint_mode"},
     "stored_tasks": {"source", "metadata"},  # what the verifier needs: the reward function of exported rollouts, issue 16
     "stored_tasks(run-alpha, heldout)": {"source", "metadata"},  # the episode of each rollout (GRPO's groups), issue 15
     "session_stats": {"curation_rejected"},  # the teacher ops the curator refused (migration 0009), issue 17
