@@ -569,6 +569,11 @@ def run_distill(
     finally:
         if not registered:
             shutil.rmtree(path, ignore_errors=True)
+    # per task, beside the adapter's record, so that runs on one session's data pair (bench/paired_heldout.py --within)
+    evaluations = [*record_heldout(store, session, "base", ev["base"], ev["base_lessons"], cfg.eval_max_tokens,
+                                   cfg.lesson_tokens, None),
+                   *record_heldout(store, session, info.adapter_id, ev["adapter"], ev["adapter_lessons"],
+                                   cfg.eval_max_tokens, cfg.lesson_tokens, Path(info.path))]
     return {
         "adapter_id": info.adapter_id,
         "adapter_path": info.path,
@@ -578,6 +583,7 @@ def run_distill(
         "data": {k: v for k, v in provenance.items() if k not in ("rollout_ids",)},
         "train": {k: v for k, v in metrics.items() if k != "loss_curve"},
         "eval": {name: ev[name].summary() for name in CONDITIONS},
+        "evaluations": evaluations,
         "in_context": info.in_context,
         "distilled": info.distilled,
         "session_families": session_cfg.families,
@@ -589,6 +595,24 @@ def rewrite_sidecar(path: Path, sidecar: AdapterSidecar) -> None:
     tmp = path / (SIDECAR + ".tmp")
     tmp.write_text(json.dumps(sidecar.model_dump(mode="json"), indent=2) + "\n")
     os.replace(tmp, path / SIDECAR)
+
+
+def record_heldout(store: LessonStore, session: str, label: str, plain: EvalResult, with_lessons: EvalResult,
+                   max_tokens: int, lesson_tokens: int, adapter_path: Path | None) -> list[str]:
+    """Store a held-out evaluation pair as ``eval:<label>`` and ``eval:<label>+lessons``, per task.
+
+    The rows are those of a session's own held-out evaluations (reward, question, lessons shown), with
+    the budgets used, so ``bench/paired_heldout.py --within`` pairs them; a name recorded before is
+    replaced. Returns the two names.
+    """
+    sid = store.get_session(session).id
+    names = [f"eval:{label}", f"eval:{label}+lessons"]
+    for name, res, wl in ((names[0], plain, False), (names[1], with_lessons, True)):
+        s = res.summary()
+        store.record_evaluation(sid, name, "heldout", wl, res.rewards, tuple(s["ci95"]),
+                                {**res.details(), "lessons": res.lessons, "max_tokens": max_tokens,
+                                 "lesson_tokens": lesson_tokens, "adapter": str(adapter_path) if adapter_path else None})
+    return names
 
 
 def run_eval(
@@ -629,18 +653,13 @@ def run_eval(
     plain = evaluate(store, policy, tasks, False, (), lesson_tokens, max_tokens)
     withl = evaluate(store, policy, tasks, True, exclude, lesson_tokens, max_tokens, plain)
     names = ("adapter", "adapter_lessons") if adapter is not None else ("base", "base_lessons")
-    sid = store.get_session(session).id
-    for name, res, wl in ((names[0], plain, False), (names[1], withl, True)):
-        s = res.summary()
-        store.record_evaluation(sid, f"eval:{label}{'+lessons' if wl else ''}", "heldout", wl, res.rewards,
-                                tuple(s["ci95"]), {**res.details(), "lessons": res.lessons, "max_tokens": max_tokens,
-                                                   "lesson_tokens": lesson_tokens, "adapter": str(path) if path else None})
+    evaluations = record_heldout(store, session, label, plain, withl, max_tokens, lesson_tokens, path)
     return {
         "session": session,
         "adapter_id": info.adapter_id if info else None,
         "adapter_path": str(path) if path else None,
         "excluded_lessons": sorted(exclude),
-        "evaluations": [f"eval:{label}", f"eval:{label}+lessons"],  # their names in the library
+        "evaluations": evaluations,  # their names in the library
         "max_tokens": max_tokens,
         "lesson_tokens": lesson_tokens,
         "eval": {names[0]: plain.summary(), names[1]: withl.summary()},

@@ -69,6 +69,16 @@ def test_distill_then_eval_end_to_end(db, tiny, tmp_path, arena_inproc):
     assert sidecar["adapter_id"] == "adapter-0001" and sidecar["eval"]["adapter"] == out["eval"]["adapter"]
     assert sidecar["data"]["rollout_ids"] and sidecar["metrics"]["steps"] == 3
 
+    # the four held-out evaluations are stored per task under the names arena eval uses, so paired_heldout pairs them
+    assert out["evaluations"] == ["eval:base", "eval:base+lessons", "eval:adapter-0001", "eval:adapter-0001+lessons"]
+    with sqlite3.connect(db) as c:
+        stored = {n: (p1, json.loads(d)) for n, p1, d in c.execute("select name, pass_at_1, details from evaluations")}
+    for name, cond in zip(out["evaluations"], ("base", "base_lessons", "adapter", "adapter_lessons"), strict=True):
+        p1, details = stored[name]
+        assert p1 == out["eval"][cond]["pass_at_1"] and len(details["tasks"]) == 4
+        assert sum(r["reward"] >= 1.0 for r in details["tasks"]) == out["eval"][cond]["passes"]
+        assert details["max_tokens"] == 4 and details["lesson_tokens"] == 512
+    assert stored["eval:base"][1]["adapter"] is None and stored["eval:adapter-0001"][1]["adapter"] == str(path)
     with sqlite3.connect(db) as c:
         row = c.execute("select adapter_id, objective, path from adapters").fetchall()
         assert row == [("adapter-0001", "distill", str(path))]
