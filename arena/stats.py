@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from lessons.outcomes import mean_pass_at_k, pass_at_k
 
 __all__ = [
-    "mcnemar_exact", "mean_pass_at_k", "paired_comparison", "paired_difference_interval", "pass_at_k", "wilson_interval",
+    "mcnemar_exact", "mean_pass_at_k", "paired_comparison", "paired_difference_interval", "pass_at_k",
+    "replicated_comparison", "wilson_interval",
 ]
 
 
@@ -127,4 +129,85 @@ def paired_comparison(a_pass: Sequence[bool], b_pass: Sequence[bool]) -> dict[st
         "a_only": b,
         "b_only": c,
         "p_value": float(f"{p:.6g}"),  # significant digits: p can be far below 1e-6
+    }
+
+
+def replicated_comparison(
+    a: Sequence[Sequence[bool]], b: Sequence[Sequence[bool]], boot: int = 10_000, seed: int = 0,
+) -> dict[str, Any]:
+    """A vs B when each was trained several times (training seeds) and every training was evaluated on the same tasks.
+
+    A single paired test (:func:`paired_comparison`) holds each trained model fixed: it sees the
+    held-out tasks' sampling but not the spread between trainings, so between single runs it
+    overstates significance. Here both sources count:
+
+    - the hierarchical bootstrap (Davison & Hinkley 1997, §3.8; Saravanan et al. 2020, "Application of
+      the hierarchical bootstrap to multi-level data"): each replicate redraws the tasks (the same
+      draw for A and B, which keeps the pairing) and, independently per condition, the trainings;
+      the 95% interval is the percentile interval of the difference of means, the p-value twice the
+      smaller tail at 0, ``(1 + count) / (1 + boot)``. With few trainings (3) redrawing them underestimates their spread by a
+      factor (S − 1)/S, so the interval is somewhat narrow;
+    - Welch's t-test on the trainings' pass@1 (scipy.stats.ttest_ind, equal_var=False): exact for
+      small S if per-training pass@1 is normal, blind to the task pairing (so conservative); None
+      unless both have at least 2 trainings and the trainings of one of them differ.
+
+    Args:
+        a: per training of A, the pass/fail of each task, shape (S_a, T); tasks in the same order as ``b``.
+        b: the same for B, shape (S_b, T).
+        boot: bootstrap replicates (≥ 1000).
+        seed: the bootstrap's random seed.
+
+    Returns:
+        ``{"tasks", "a": {...}, "b": {...}, "diff", "bootstrap": {"ci95", "p_value", "replicates"},
+        "welch": {"t", "df", "p_value", "ci95"} | None}`` where each condition's entry is
+        ``{"trainings", "pass_at_1" (per training), "mean", "sd_between_trainings"}`` (sd: None for one
+        training); rounded to 4 places.
+
+    Raises:
+        ValueError: no training, no task, rows of unequal length, or ``boot`` < 1000.
+    """
+    import numpy as np
+    from scipy import stats
+
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if xa.ndim != 2 or xb.ndim != 2 or 0 in xa.shape or 0 in xb.shape or xa.shape[1] != xb.shape[1]:
+        raise ValueError(f"need (trainings, tasks) arrays on the same tasks, got shapes {xa.shape} and {xb.shape}")
+    if boot < 1000:
+        raise ValueError(f"boot must be at least 1000, got {boot}")
+    t = xa.shape[1]
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(t, np.full(t, 1.0 / t), size=boot) / t  # (boot, T): the shared redraw of the tasks
+
+    def redraw(x: Any) -> Any:
+        per_training = weights @ x.T  # (boot, S): each training's pass@1 on the redrawn tasks
+        pick = rng.integers(0, x.shape[0], size=per_training.shape)
+        return np.take_along_axis(per_training, pick, axis=1).mean(axis=1)
+
+    d = redraw(xa) - redraw(xb)
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    # (1 + tail count) / (1 + replicates): never 0, at least 2 / (boot + 1)
+    p_boot = min(1.0, 2 * (1 + int(min(np.sum(d <= 0), np.sum(d >= 0)))) / (1 + boot))
+
+    def condition(x: Any) -> dict[str, Any]:
+        p1 = x.mean(axis=1)
+        return {"trainings": int(x.shape[0]), "pass_at_1": [round(float(v), 4) for v in p1],
+                "mean": round(float(p1.mean()), 4),
+                "sd_between_trainings": round(float(p1.std(ddof=1)), 4) if x.shape[0] > 1 else None}
+
+    welch = None
+    if xa.shape[0] > 1 and xb.shape[0] > 1:
+        pa, pb = xa.mean(axis=1), xb.mean(axis=1)
+        if pa.std() > 0 or pb.std() > 0:  # trainings that all score alike in both leave t undefined
+            res = stats.ttest_ind(pa, pb, equal_var=False)
+            ci = res.confidence_interval(0.95)
+            welch = {"t": round(float(res.statistic), 4), "df": round(float(res.df), 4),
+                     "p_value": float(f"{float(res.pvalue):.6g}"), "ci95": [round(float(ci.low), 4), round(float(ci.high), 4)]}
+    return {
+        "tasks": t,
+        "a": condition(xa),
+        "b": condition(xb),
+        "diff": round(float(xa.mean() - xb.mean()), 4),
+        "bootstrap": {"ci95": [round(float(lo), 4), round(float(hi), 4)], "p_value": float(f"{p_boot:.6g}"),
+                      "replicates": boot},
+        "welch": welch,
     }

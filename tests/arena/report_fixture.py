@@ -128,3 +128,15 @@ def one_session(path: Path, name: str, heldout: list[float]) -> Path:
         evaluate(store, sid, "heldout_before", heldout)
         store.record_episode(episode(sid, "r001-a", 1, "chain_sum/train/00000", [], [1, 0]))
     return path
+
+
+def heldout_library(path: Path, questions: list[str], evaluations: dict[str, list[float]]) -> str:
+    """A bench-like library at ``path``: one session (named by the file's stem) whose held-out tasks
+    ``chain_sum/heldout/{i:05d}`` are ``questions``, with each of ``evaluations`` (name → one reward per task)."""
+    with LessonStore(str(path)) as store:
+        sid = store.create_session(path.stem, {"families": ["chain_sum"]}, seed=0)
+        store.upsert_tasks(sid, [Task(f"chain_sum/heldout/{i:05d}", q, "0", split="heldout")
+                                 for i, q in enumerate(questions)])
+        for name, rewards in evaluations.items():
+            evaluate(store, sid, name, rewards)
+    return str(path)

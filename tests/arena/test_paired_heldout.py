@@ -15,20 +15,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "paired_heldout.py"
 EVAL = "heldout_cycle2_no_lessons"
 
 
-class _Task:
-    def __init__(self, key: str, question: str) -> None:
-        self.task_key, self.question, self.answer, self.split, self.family = key, question, "0", "heldout", "chain_sum"
-        self.source, self.metadata = "reasoning_gym", {}
-
-
 def library(path: Path, questions: list[str], rewards: list[float]) -> str:
     """A bench library: one session whose held-out tasks are ``questions``, evaluated with ``rewards``."""
-    tasks = [_Task(f"chain_sum/heldout/{i:05d}", q) for i, q in enumerate(questions)]
-    with LessonStore(str(path)) as store:
-        sid = store.create_session(path.stem, {"families": ["chain_sum"]}, seed=0)
-        store.upsert_tasks(sid, tasks)
-        report_fixture.evaluate(store, sid, EVAL, rewards)
-    return str(path)
+    return report_fixture.heldout_library(path, questions, {EVAL: rewards})
 
 
 def paired(*args: str) -> subprocess.CompletedProcess[str]:
@@ -129,7 +118,8 @@ def test_within_a_library_of_several_sessions_names_the_session(tmp_path):
     with LessonStore(db) as store:
         report_fixture.evaluate(store, store.get_session("a").id, "eval:adapter-0001", [1.0, 1.0])
         sid = store.create_session("b", {"families": ["chain_sum"]}, seed=1)
-        store.upsert_tasks(sid, [_Task(f"chain_sum/heldout/{i:05d}", q) for i, q in enumerate(["1 + 2", "3 + 4"])])
+        store.upsert_tasks(sid, [report_fixture.Task(f"chain_sum/heldout/{i:05d}", q, "0", split="heldout")
+                                 for i, q in enumerate(["1 + 2", "3 + 4"])])
         report_fixture.evaluate(store, sid, EVAL, [0.0, 0.0])
         report_fixture.evaluate(store, sid, "eval:adapter-0001", [0.0, 1.0])
 
