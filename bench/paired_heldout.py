@@ -72,24 +72,28 @@ USAGE = ("usage: paired_heldout.py EVALUATION NAME=DB[,DB...] NAME=DB[,DB...] [.
          " | paired_heldout.py --within DB [--session NAME] EVALUATION EVALUATION [...]")
 
 
-def parse_conditions(args: list[str]) -> dict[str, list[str]]:
+def parse_conditions(args: list[str], item: str = "DB") -> dict[str, list[str]]:
     """``["a=x.db,y.db", "b=z.db,w.db"]`` → ``{"a": ["x.db", "y.db"], ...}``.
 
+    ``item``: what the values are, ``DB`` (libraries, compared by resolved path) or ``EVAL``
+    (evaluation names); it words the messages.
+
     Raises:
-        ValueError: a missing ``=``, an empty name or path, a name given twice, or a library listed
+        ValueError: a missing ``=``, an empty name or value, a name given twice, or a value listed
             twice in one condition (pooling it twice would double its tasks); one line.
     """
     conds: dict[str, list[str]] = {}
     for a in args:
         key, sep, value = a.partition("=")
-        dbs = value.split(",")
-        if not sep or not key or not all(dbs):
-            raise ValueError(f"{a!r} is not NAME=DB[,DB...]")
+        values = value.split(",")
+        if not sep or not key or not all(values):
+            raise ValueError(f"{a!r} is not NAME={item}[,{item}...]")
         if key in conds:
             raise ValueError(f"condition {key!r} is given twice")
-        if len({str(Path(d).resolve()) for d in dbs}) < len(dbs):
-            raise ValueError(f"{key!r} lists a library twice; each seed's library once")
-        conds[key] = dbs
+        same = {str(Path(v).resolve()) for v in values} if item == "DB" else set(values)
+        if len(same) < len(values):
+            raise ValueError(f"{key!r} lists {'a library' if item == 'DB' else 'an evaluation'} twice; each once")
+        conds[key] = values
     return conds
 
 

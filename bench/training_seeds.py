@@ -30,7 +30,7 @@ import json
 import sqlite3
 import sys
 
-from paired_heldout import per_task
+from paired_heldout import parse_conditions, per_task
 
 from arena.stats import replicated_comparison
 
@@ -74,17 +74,10 @@ def parse(argv: list[str]) -> tuple[int, str | None, str | None, str | None, dic
         evaluation, rest = rest[0], rest[1:]
     if len(rest) < 2:
         raise UsageError("need at least two conditions")
-    conds: dict[str, list[str]] = {}
-    for a in rest:
-        key, sep, value = a.partition("=")
-        items = value.split(",")
-        if not sep or not key or not all(items):
-            raise UsageError(f"{a!r} is not NAME={'EVAL' if within else 'DB'}[,...]")
-        if key in conds:
-            raise UsageError(f"condition {key!r} is given twice")
-        if len(set(items)) < len(items):
-            raise UsageError(f"{key!r} lists a training twice")
-        conds[key] = items
+    try:
+        conds = parse_conditions(rest, "EVAL" if within else "DB")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     return boot, within, session, evaluation, conds
 
 

@@ -115,7 +115,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     for args, fragment in (
         ([EVAL, f"a={a}"], "need at least two conditions"),
         ([EVAL, f"a={a}", f"a={a}"], "given twice"),
-        ([EVAL, f"a={a},{a}", f"b={a}"], "lists a training twice"),
+        ([EVAL, f"a={a},{a}", f"b={a}"], "lists a library twice"),
         ([EVAL, f"a={a}", "b"], "is not NAME=DB"),
         ([EVAL, f"a={a}", f"b={tmp_path / 'nope.db'}"], "cannot read"),
         (["eval:nope", f"a={a}", f"b={a}"], "no evaluation 'eval:nope'"),
