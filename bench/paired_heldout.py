@@ -14,7 +14,8 @@ library instead: a session's own held-out evaluations (``heldout_cycle1_wake`` .
 ``arena eval`` adds (``eval:adapter-0002`` ...), all on the session's held-out tasks. Names are
 unique per session: in a library of several sessions, ``--session`` says which (a name several
 sessions recorded is refused without it). Evaluations must share their completion cap to be
-compared: ``arena eval --max-tokens`` defaults to the session's.
+compared: ``arena eval --max-tokens`` defaults to the session's. Across libraries, a leading
+``--session NAME`` reads the session of that name in each.
 
 Usage::
 
@@ -68,7 +69,7 @@ def per_task(db: str, name: str, session: str | None = None) -> dict[str, tuple[
         raise sqlite3.DatabaseError(f"evaluation {name!r} has no per-task results ({type(e).__name__}: {e})") from None
 
 
-USAGE = ("usage: paired_heldout.py EVALUATION NAME=DB[,DB...] NAME=DB[,DB...] [...]"
+USAGE = ("usage: paired_heldout.py [--session NAME] EVALUATION NAME=DB[,DB...] NAME=DB[,DB...] [...]"
          " | paired_heldout.py --within DB [--session NAME] EVALUATION EVALUATION [...]")
 
 
@@ -101,9 +102,14 @@ def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(__doc__.strip())
         return 0
-    within = argv[:1] == ["--within"]
     session = None
-    if within and argv[2:3] == ["--session"]:
+    if argv[:1] == ["--session"]:  # across libraries: the session of that name in each
+        if len(argv) < 2:
+            print(USAGE, file=sys.stderr)
+            return 2
+        session, argv = argv[1], argv[2:]
+    within = argv[:1] == ["--within"]
+    if within and session is None and argv[2:3] == ["--session"]:
         if len(argv) < 4:
             print(USAGE, file=sys.stderr)
             return 2

@@ -18,7 +18,8 @@ each training's ``eval:<adapter id>`` evaluation, as ``arena distill`` and ``are
     python bench/training_seeds.py --within arena.db [--session NAME] grpo=eval:adapter-0001,eval:adapter-0002 \\
         guide-grpo=eval:adapter-0003,eval:adapter-0004
 
-Options: ``--boot N`` bootstrap replicates (default 10000). Every training must be evaluated on the
+Options: ``--boot N`` bootstrap replicates (default 10000); ``--session NAME`` the session of that
+name in each library (needed where an evaluation name is recorded by several sessions). Every training must be evaluated on the
 same tasks (key and question); one JSON line per pair of conditions on stdout; bad input: one line
 on stderr, exit 2.
 """
@@ -34,7 +35,7 @@ from paired_heldout import parse_conditions, per_task
 
 from arena.stats import replicated_comparison
 
-USAGE = ("usage: training_seeds.py [--boot N] EVALUATION NAME=DB,DB[,...] NAME=DB,DB[,...] [...]"
+USAGE = ("usage: training_seeds.py [--boot N] [--session NAME] EVALUATION NAME=DB,DB[,...] NAME=DB,DB[,...] [...]"
          " | training_seeds.py [--boot N] --within DB [--session NAME] NAME=EVAL,EVAL[,...] NAME=EVAL,EVAL[,...] [...]")
 
 
@@ -65,8 +66,6 @@ def parse(argv: list[str]) -> tuple[int, str | None, str | None, str | None, dic
             within = value
         else:
             session = value
-    if session is not None and within is None:
-        raise UsageError("--session goes with --within")
     evaluation = None
     if within is None:
         if not rest:

@@ -134,6 +134,20 @@ def test_within_a_library_of_several_sessions_names_the_session(tmp_path):
         got = within("--session", session, EVAL, "eval:adapter-0001")
         assert got.returncode == 0, got.stderr
         assert json.loads(got.stdout)["a_pass_at_1"] == a_pass
+    # across libraries (here one library under two names): the same rule, and --session before the evaluation
+    second = report_fixture.heldout_library(tmp_path / "c.db", ["1 + 2", "3 + 4"], {EVAL: [1.0, 1.0]})  # session "c"
+    refused = subprocess.run([sys.executable, str(SCRIPT), EVAL, f"x={db}", f"y={second}"], capture_output=True,
+                             text=True, check=False)
+    assert refused.returncode == 2 and "name one with --session" in refused.stderr
+    with LessonStore(second) as store:  # a session "b" in the second library too
+        sid = store.create_session("b", {"families": ["chain_sum"]}, seed=1)
+        store.upsert_tasks(sid, [report_fixture.Task(f"chain_sum/heldout/{i:05d}", q, "0", split="heldout")
+                                 for i, q in enumerate(["1 + 2", "3 + 4"])])
+        report_fixture.evaluate(store, sid, EVAL, [1.0, 1.0])
+    picked = subprocess.run([sys.executable, str(SCRIPT), "--session", "b", EVAL, f"x={db}", f"y={second}"],
+                            capture_output=True, text=True, check=False)
+    assert picked.returncode == 0, picked.stderr
+    assert (json.loads(picked.stdout)["a_pass_at_1"], json.loads(picked.stdout)["b_pass_at_1"]) == (0.0, 1.0)
     missing = within("--session", "c", EVAL, "eval:adapter-0001")
     assert missing.returncode == 2 and "no evaluation 'heldout_cycle2_no_lessons' in session 'c'" in missing.stderr
     assert within("--session").returncode == 2

@@ -122,7 +122,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         ([EVAL, f"a={a}", f"b={other}"], "b's " + other + " was evaluated on other tasks"),
         (["--boot", "10", EVAL, f"a={a}", f"b={a}"], "--boot must be at least 1000"),
         (["--boot", "x", EVAL, f"a={a}", f"b={a}"], "is not an integer"),
-        (["--session", "s", EVAL, f"a={a}", f"b={a}"], "--session goes with --within"),
+        (["--session", "s", EVAL, f"a={a}", f"b={a}"], "no evaluation 'eval:adapter-0002' in"),
         (["--within"], "--within needs a value"),
     ):
         out = run(*args)
