@@ -14,7 +14,7 @@ from lessons.outcomes import mean_pass_at_k, pass_at_k
 
 __all__ = [
     "mcnemar_exact", "mean_pass_at_k", "paired_comparison", "paired_difference_interval", "pass_at_k",
-    "replicated_comparison", "wilson_interval",
+    "replicated_comparison", "sign_flip_test", "wilson_interval",
 ]
 
 
@@ -132,6 +132,37 @@ def paired_comparison(a_pass: Sequence[bool], b_pass: Sequence[bool]) -> dict[st
     }
 
 
+BOOT_MAX = 1_000_000  # bootstrap replicates at most (computed in blocks, so memory does not grow with them)
+_BOOT_BLOCK = 10_000
+
+
+def sign_flip_test(differences: Sequence[int]) -> float:
+    """Exact two-sided sign-flip (permutation) test that integer paired differences are centred on 0.
+
+    Under the null each task's difference is as likely negative as positive, so the sum's null
+    distribution is that of ``Σ ε_t d_t`` with independent fair signs ``ε_t``; it is computed exactly
+    by convolution (Fisher 1935; Pitman 1937). For differences in {−1, 0, 1} (one training each)
+    this is the exact McNemar test.
+
+    Args:
+        differences: per task, an integer difference (tasks with 0 do not count).
+
+    Returns:
+        ``P(|Σ ε_t d_t| ≥ |Σ d_t|)``, in (0, 1].
+    """
+    import numpy as np
+
+    d = [abs(int(x)) for x in differences if int(x) != 0]
+    total = sum(d)
+    dist = np.zeros(2 * total + 1)  # index i is the sum i − total
+    dist[total] = 1.0
+    for m in d:
+        dist = 0.5 * (np.roll(dist, m) + np.roll(dist, -m))  # no wrap: |partial sums| ≤ total
+    observed = abs(int(sum(int(x) for x in differences)))
+    sums = np.arange(-total, total + 1)
+    return float(min(1.0, dist[np.abs(sums) >= observed].sum()))
+
+
 def replicated_comparison(
     a: Sequence[Sequence[bool]], b: Sequence[Sequence[bool]], boot: int = 10_000, seed: int = 0,
 ) -> dict[str, Any]:
@@ -139,32 +170,38 @@ def replicated_comparison(
 
     A single paired test (:func:`paired_comparison`) holds each trained model fixed: it sees the
     held-out tasks' sampling but not the spread between trainings, so between single runs it
-    overstates significance. Here both sources count:
+    overstates significance. Two tests, one per source of variation, and an interval:
 
-    - the hierarchical bootstrap (Davison & Hinkley 1997, §3.8; Saravanan et al. 2020, "Application of
-      the hierarchical bootstrap to multi-level data"): each replicate redraws the tasks (the same
-      draw for A and B, which keeps the pairing) and, independently per condition, the trainings;
-      the 95% interval is the percentile interval of the difference of means, the p-value twice the
-      smaller tail at 0, ``(1 + count) / (1 + boot)``. With few trainings (3) redrawing them underestimates their spread by a
-      factor (S − 1)/S, so the interval is somewhat narrow;
-    - Welch's t-test on the trainings' pass@1 (scipy.stats.ttest_ind, equal_var=False): exact for
-      small S if per-training pass@1 is normal, blind to the task pairing (so conservative); None
-      unless both have at least 2 trainings and the trainings of one of them differ.
+    - ``tasks``: the exact sign-flip test (:func:`sign_flip_test`) on each task's difference of
+      the trainings' mean pass rate (A's mean − B's mean): the tasks' sampling. With one training
+      each it is the exact McNemar test; it does not see the spread between trainings;
+    - ``welch``: Welch's t-test on the trainings' pass@1 (scipy.stats.ttest_ind, equal_var=False):
+      the spread between trainings, exact for small S if per-training pass@1 is normal, blind to
+      the task pairing (so conservative); None unless both have at least 2 trainings and the
+      trainings of one of them differ;
+    - ``bootstrap``: the 95% percentile interval of the difference from a hierarchical bootstrap
+      (Davison & Hinkley 1997, §3.8; Saravanan et al. 2020): each replicate redraws the tasks (the
+      same draw for A and B, which keeps the pairing) and, per condition, the trainings. With few
+      trainings (3) redrawing them understates their spread by about (S − 1)/S, and with few
+      discordant tasks the interval is narrow: it is an effect size, not a test.
+
+    A difference is supported when both tests reject; with one training per condition only the
+    first exists.
 
     Args:
         a: per training of A, the pass/fail of each task, shape (S_a, T); tasks in the same order as ``b``.
         b: the same for B, shape (S_b, T).
-        boot: bootstrap replicates (≥ 1000).
+        boot: bootstrap replicates, 1000 to :data:`BOOT_MAX`.
         seed: the bootstrap's random seed.
 
     Returns:
-        ``{"tasks", "a": {...}, "b": {...}, "diff", "bootstrap": {"ci95", "p_value", "replicates"},
-        "welch": {"t", "df", "p_value", "ci95"} | None}`` where each condition's entry is
-        ``{"trainings", "pass_at_1" (per training), "mean", "sd_between_trainings"}`` (sd: None for one
-        training); rounded to 4 places.
+        ``{"tasks", "a": {...}, "b": {...}, "diff", "tasks_test": {"p_value", "tasks_differing"},
+        "welch": {"t", "df", "p_value", "ci95"} | None, "bootstrap": {"ci95", "replicates"}}``, each
+        condition's entry ``{"trainings", "pass_at_1" (per training), "mean", "sd_between_trainings"}``
+        (sd: None for one training); rounded to 4 places.
 
     Raises:
-        ValueError: no training, no task, rows of unequal length, or ``boot`` < 1000.
+        ValueError: no training, no task, rows of unequal length, or ``boot`` out of range.
     """
     import numpy as np
     from scipy import stats
@@ -172,21 +209,25 @@ def replicated_comparison(
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if xa.ndim != 2 or xb.ndim != 2 or 0 in xa.shape or 0 in xb.shape or xa.shape[1] != xb.shape[1]:
         raise ValueError(f"need (trainings, tasks) arrays on the same tasks, got shapes {xa.shape} and {xb.shape}")
-    if boot < 1000:
-        raise ValueError(f"boot must be at least 1000, got {boot}")
-    t = xa.shape[1]
+    if not 1000 <= boot <= BOOT_MAX:
+        raise ValueError(f"boot must be from 1000 to {BOOT_MAX}, got {boot}")
+    (sa, t), sb = xa.shape, xb.shape[0]
     rng = np.random.default_rng(seed)
-    weights = rng.multinomial(t, np.full(t, 1.0 / t), size=boot) / t  # (boot, T): the shared redraw of the tasks
 
-    def redraw(x: Any) -> Any:
-        per_training = weights @ x.T  # (boot, S): each training's pass@1 on the redrawn tasks
+    def redraw(x: Any, weights: Any) -> Any:
+        per_training = weights @ x.T  # (block, S): each training's pass@1 on the redrawn tasks
         pick = rng.integers(0, x.shape[0], size=per_training.shape)
         return np.take_along_axis(per_training, pick, axis=1).mean(axis=1)
 
-    d = redraw(xa) - redraw(xb)
+    d = np.empty(boot)
+    for lo_i in range(0, boot, _BOOT_BLOCK):
+        n = min(_BOOT_BLOCK, boot - lo_i)
+        weights = rng.multinomial(t, np.full(t, 1.0 / t), size=n) / t  # (n, T): the shared redraw of the tasks
+        d[lo_i:lo_i + n] = redraw(xa, weights) - redraw(xb, weights)
     lo, hi = np.percentile(d, [2.5, 97.5])
-    # (1 + tail count) / (1 + replicates): never 0, at least 2 / (boot + 1)
-    p_boot = min(1.0, 2 * (1 + int(min(np.sum(d <= 0), np.sum(d >= 0)))) / (1 + boot))
+
+    # per task, S_b · (A's passes) − S_a · (B's passes): S_a S_b times the difference of mean pass rates, an integer
+    per_task = (sb * xa.sum(axis=0) - sa * xb.sum(axis=0)).round().astype(int)
 
     def condition(x: Any) -> dict[str, Any]:
         p1 = x.mean(axis=1)
@@ -195,7 +236,7 @@ def replicated_comparison(
                 "sd_between_trainings": round(float(p1.std(ddof=1)), 4) if x.shape[0] > 1 else None}
 
     welch = None
-    if xa.shape[0] > 1 and xb.shape[0] > 1:
+    if sa > 1 and sb > 1:
         pa, pb = xa.mean(axis=1), xb.mean(axis=1)
         if pa.std() > 0 or pb.std() > 0:  # trainings that all score alike in both leave t undefined
             res = stats.ttest_ind(pa, pb, equal_var=False)
@@ -207,7 +248,7 @@ def replicated_comparison(
         "a": condition(xa),
         "b": condition(xb),
         "diff": round(float(xa.mean() - xb.mean()), 4),
-        "bootstrap": {"ci95": [round(float(lo), 4), round(float(hi), 4)], "p_value": float(f"{p_boot:.6g}"),
-                      "replicates": boot},
+        "tasks_test": {"p_value": float(f"{sign_flip_test(per_task):.6g}"), "tasks_differing": int(np.count_nonzero(per_task))},
         "welch": welch,
+        "bootstrap": {"ci95": [round(float(lo), 4), round(float(hi), 4)], "replicates": boot},
     }

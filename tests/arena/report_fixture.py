@@ -131,10 +131,11 @@ def one_session(path: Path, name: str, heldout: list[float]) -> Path:
 
 
 def heldout_library(path: Path, questions: list[str], evaluations: dict[str, list[float]]) -> str:
-    """A bench-like library at ``path``: one session (named by the file's stem) whose held-out tasks
-    ``chain_sum/heldout/{i:05d}`` are ``questions``, with each of ``evaluations`` (name → one reward per task)."""
+    """A bench-like library at ``path``: one session (named by the file's stem, ``--max-tokens 96``) whose
+    held-out tasks ``chain_sum/heldout/{i:05d}`` are ``questions``, with each of ``evaluations`` (name → one
+    reward per task)."""
     with LessonStore(str(path)) as store:
-        sid = store.create_session(path.stem, {"families": ["chain_sum"]}, seed=0)
+        sid = store.create_session(path.stem, {"families": ["chain_sum"], "max_tokens": 96}, seed=0)
         store.upsert_tasks(sid, [Task(f"chain_sum/heldout/{i:05d}", q, "0", split="heldout")
                                  for i, q in enumerate(questions)])
         for name, rewards in evaluations.items():

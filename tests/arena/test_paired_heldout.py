@@ -61,7 +61,8 @@ def test_a_missing_library_or_evaluation_is_one_line(tmp_path):
                            ([f"a={a}", "b"], "usage:")):
         out = paired(*args)
         assert out.returncode == 2 and fragment in out.stderr and len(out.stderr.strip().splitlines()) == 1
-    out = subprocess.run([sys.executable, str(SCRIPT), "heldout_cycle9", f"a={a}", f"b={a}"],
+    b = library(tmp_path / "b.db", ["1 + 2"], [0.0])
+    out = subprocess.run([sys.executable, str(SCRIPT), "heldout_cycle9", f"a={a}", f"b={b}"],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 2 and "no evaluation 'heldout_cycle9'" in out.stderr
 
@@ -151,3 +152,35 @@ def test_within_a_library_of_several_sessions_names_the_session(tmp_path):
     missing = within("--session", "c", EVAL, "eval:adapter-0001")
     assert missing.returncode == 2 and "no evaluation 'heldout_cycle2_no_lessons' in session 'c'" in missing.stderr
     assert within("--session").returncode == 2
+
+
+def test_every_check_runs_before_any_line_is_printed(tmp_path):
+    """A problem with the last pair used to come after the first pair's line was printed; now nothing is printed,
+    and conditions listing different numbers of libraries are refused for that reason, not as 'different tasks'."""
+    qs = ["1 + 2", "3 + 4"]
+    a0, a1 = library(tmp_path / "a0.db", qs, [1.0, 0.0]), library(tmp_path / "a1.db", qs, [1.0, 1.0])
+    b0, b1 = library(tmp_path / "b0.db", qs, [0.0, 0.0]), library(tmp_path / "b1.db", qs, [0.0, 1.0])
+    c0 = library(tmp_path / "c0.db", qs, [1.0, 1.0])
+    out = paired(f"a={a0},{a1}", f"b={b0},{b1}", f"c={c0}")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "conditions list different numbers of libraries (a: 2, b: 2, c: 1)" in out.stderr
+    other = library(tmp_path / "o.db", ["9 + 9", "3 + 4"], [1.0, 1.0])
+    out = paired(f"a={a0}", f"b={b0}", f"c={other}")
+    assert out.returncode == 2 and out.stdout == "" and "a and c were evaluated on different tasks" in out.stderr
+    with LessonStore(b0) as store:  # the same name evaluated at another completion cap
+        store.record_evaluation(store.get_session("b0").id, "eval:short", "heldout", False, [0.0, 0.0], (0.0, 1.0),
+                                {"tasks": [{"task_key": f"chain_sum/heldout/{i:05d}", "reward": 0.0} for i in range(2)],
+                                 "max_tokens": 8})
+    out = subprocess.run([sys.executable, str(SCRIPT), "--within", b0, EVAL, "eval:short"], capture_output=True,
+                         text=True, check=False)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == ("paired_heldout: evaluated at different completion caps "
+                                  f"({EVAL}: 96, eval:short: 8 tokens)")
+    for args, fragment in (([f"a={a0}", f"b={a0}"], "'b' and 'a' are the same libraries"),
+                           ([f"a={a0}", f"b={b0}", "--session", "x"], "--session must come before"),
+                           ([f"a={a0}", f"b={b0}"], None)):
+        got = paired(*args)
+        if fragment is None:
+            assert got.returncode == 0 and json.loads(got.stdout)["a_only"] == 1
+        else:
+            assert got.returncode == 2 and got.stdout == "" and fragment in got.stderr, (args, got.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import report_fixture
 
-from arena.stats import replicated_comparison
+from arena.stats import replicated_comparison, sign_flip_test
 from lessons.library.store import LessonStore
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "training_seeds.py"
@@ -40,16 +41,39 @@ def test_per_training_figures_and_welch_by_hand():
     assert w["ci95"] == [pytest.approx(0.375 - 0.6219, abs=2e-4), pytest.approx(0.375 + 0.6219, abs=2e-4)]
 
 
+def test_tasks_test_by_hand():
+    # per task, A's mean pass rate − B's: (3/3 − 1/2, 2/3 − 0, 1/3 − 0, 0 − 0) = (1/2, 2/3, 1/3, 0);
+    # times S_a S_b = 6: (3, 4, 2, 0), sum 9. Under the null the 8 sign patterns of (3, 4, 2) give sums
+    # ±9, ±5, ±3, ±1, ... each with probability 1/8: |sum| ≥ 9 only for (+,+,+) and (−,−,−): p = 2/8
+    got = replicated_comparison(A, B)["tasks_test"]
+    assert got == {"p_value": 0.25, "tasks_differing": 3}
+    # one training each: the exact McNemar test (4 tasks only A passes, none only B: 2 · 0.5^4 = 0.125)
+    one = replicated_comparison([[1, 1, 1, 1, 0, 1]], [[0, 0, 0, 0, 0, 1]])
+    assert one["tasks_test"] == {"p_value": 0.125, "tasks_differing": 4} and one["welch"] is None
+
+
+@pytest.mark.parametrize(("d", "p"), [([1] * 10 + [-1] * 3, 0.09228515625), ([], 1.0), ([0, 0], 1.0), ([2, -2], 1.0),
+                                      ([5], 1.0), ([1, 1, 1], 0.25)])
+def test_sign_flip_test_against_the_binomial(d, p):
+    # ten +1 and three −1: the two-sided binomial(13, 1/2) tail P(X ≤ 3) · 2 = 2 · 378 / 8192 = 0.0923
+    assert sign_flip_test(d) == pytest.approx(p, abs=1e-12)
+
+
 def test_bootstrap_at_the_extremes():
     same = replicated_comparison(A, A, boot=2000)
     lo, hi = same["bootstrap"]["ci95"]
-    assert same["diff"] == 0.0 and lo < 0 < hi and same["bootstrap"]["p_value"] == 1.0
-    assert same["welch"]["t"] == 0.0 and same["welch"]["p_value"] == 1.0
-    # every training of A passes everything, every one of B nothing: the difference is 1 in every replicate,
-    # and the p-value is the smallest a bootstrap of 2000 can give, 2 (1 + 0) / 2001
+    assert same["diff"] == 0.0 and lo < 0 < hi and same["bootstrap"]["replicates"] == 2000
+    assert same["welch"]["t"] == 0.0 and same["welch"]["p_value"] == 1.0 and same["tasks_test"]["p_value"] == 1.0
+    # every training of A passes everything, every one of B nothing: the difference is 1 in every replicate
     full = replicated_comparison([[1] * 4] * 3, [[0] * 4] * 3, boot=2000)
-    assert full["bootstrap"]["ci95"] == [1.0, 1.0] and full["bootstrap"]["p_value"] == pytest.approx(2 / 2001, abs=1e-6)
+    assert full["bootstrap"]["ci95"] == [1.0, 1.0] and full["tasks_test"]["p_value"] == 2 / 16
     assert full["welch"] is None  # no spread between trainings in either: t is undefined
+
+
+def test_replicates_beyond_one_block_agree_with_fewer():
+    many, few = replicated_comparison(A, B, boot=25_000, seed=3), replicated_comparison(A, B, boot=5_000, seed=3)
+    assert many["bootstrap"]["replicates"] == 25_000
+    assert many["bootstrap"]["ci95"] == pytest.approx(few["bootstrap"]["ci95"], abs=0.13)
 
 
 def test_spread_between_trainings_widens_the_interval():
@@ -75,7 +99,8 @@ def test_spread_between_trainings_widens_the_interval():
     assert one["welch"] is None and one["a"]["sd_between_trainings"] is None
 
 
-@pytest.mark.parametrize(("a", "b", "boot"), [([], B, 1000), (A, [[0, 1]], 1000), ([[]], [[]], 1000), (A, B, 999)])
+@pytest.mark.parametrize(("a", "b", "boot"), [([], B, 1000), (A, [[0, 1]], 1000), ([[]], [[]], 1000), (A, B, 999),
+                                              (A, B, 1_000_001)])
 def test_bad_shapes_and_too_few_replicates_are_refused(a, b, boot):
     with pytest.raises(ValueError):
         replicated_comparison(a, b, boot=boot)
@@ -111,23 +136,49 @@ def test_within_one_library_each_adapter_is_a_training(tmp_path):
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     a = report_fixture.heldout_library(tmp_path / "a.db", QS, {EVAL: [1.0, 0.0, 0.0, 0.0]})
+    b = report_fixture.heldout_library(tmp_path / "b.db", QS, {EVAL: [1.0, 1.0, 0.0, 0.0]})
     other = report_fixture.heldout_library(tmp_path / "o.db", ["9 + 9", *QS[1:]], {EVAL: [1.0, 0.0, 0.0, 0.0]})
+    with LessonStore(b) as store:  # evaluations this script must not compare
+        sid = store.get_session("b").id
+        report_fixture.evaluate(store, sid, "eval:adapter-0003+lessons", [1.0, 0.0, 0.0, 0.0])  # with lessons
+        store.record_evaluation(sid, "eval:short", "heldout", False, [1.0, 0.0, 0.0, 0.0], (0.0, 1.0),
+                                {"tasks": [{"task_key": f"chain_sum/heldout/{i:05d}", "reward": 1.0 if i == 0 else 0.0}
+                                           for i in range(4)], "max_tokens": 8})  # another completion cap
+        store.record_evaluation(sid, "eval:empty", "heldout", False, [], (0.0, 1.0), {"tasks": []})
+        store.record_evaluation(sid, "eval:twice", "heldout", False, [1.0, 0.0], (0.0, 1.0),
+                                {"tasks": [{"task_key": "chain_sum/heldout/00000", "reward": r} for r in (1.0, 0.0)]})
     for args, fragment in (
-        ([EVAL, f"a={a}"], "need at least two conditions"),
-        ([EVAL, f"a={a}", f"a={a}"], "given twice"),
-        ([EVAL, f"a={a},{a}", f"b={a}"], "lists a library twice"),
-        ([EVAL, f"a={a}", "b"], "is not NAME=DB"),
-        ([EVAL, f"a={a}", f"b={tmp_path / 'nope.db'}"], "cannot read"),
-        (["eval:nope", f"a={a}", f"b={a}"], "no evaluation 'eval:nope'"),
-        ([EVAL, f"a={a}", f"b={other}"], "b's " + other + " was evaluated on other tasks"),
-        (["--boot", "10", EVAL, f"a={a}", f"b={a}"], "--boot must be at least 1000"),
-        (["--boot", "x", EVAL, f"a={a}", f"b={a}"], "is not an integer"),
-        (["--session", "s", EVAL, f"a={a}", f"b={a}"], "no evaluation 'eval:adapter-0002' in"),
+        ([EVAL, f"x={a}"], "need an evaluation name and at least two conditions"),
+        ([EVAL, f"x={a}", f"x={b}"], "given twice"),
+        ([EVAL, f"x={a},{a}", f"y={b}"], "lists a library twice"),
+        ([EVAL, f"x={a}", f"y={a}"], "'y' and 'x' are the same libraries"),
+        ([EVAL, f"x={a}", "y"], "is not NAME=DB"),
+        ([EVAL, f"x={a}", f"y={tmp_path / 'nope.db'}"], "cannot read"),
+        ([EVAL, f"x={a}", f"y={tmp_path}"], "not a file"),
+        (["eval:nope", f"x={a}", f"y={b}"], "no evaluation 'eval:nope' in " + a),
+        (["--session", "s", EVAL, f"x={a}", f"y={b}"], f"no evaluation 'eval:adapter-0002' in session 's' of {a}"),
+        ([EVAL, f"x={a}", f"y={other}"], (f"y's eval:adapter-0002 in {other} was evaluated on other tasks than x's "
+                                          f"eval:adapter-0002 in {a}")),
+        (["--boot", "10", EVAL, f"x={a}", f"y={b}"], "--boot must be from 1000 to 1000000"),
+        (["--boot", "10000000000", EVAL, f"x={a}", f"y={b}"], "--boot must be from 1000 to 1000000"),
+        (["--boot", "x", EVAL, f"x={a}", f"y={b}"], "is not an integer"),
+        (["--boot", "2000", "--boot", "3000", EVAL, f"x={a}", f"y={b}"], "--boot is given twice"),
+        ([EVAL, f"x={a}", f"y={b}", "--boot", "2000"], "--boot must come before the evaluation and the conditions"),
+        (["--session", "", EVAL, f"x={a}", f"y={b}"], "--session needs a value"),
+        (["--within", "", "x=eval:a", "y=eval:b"], "--within needs a value"),
         (["--within"], "--within needs a value"),
+        (["--within", b, f"x={EVAL}", "y=eval:adapter-0003+lessons,eval:short"], "y mixes evaluations with and without"),
+        (["--within", b, f"x={EVAL}", "y=eval:short"], "evaluated at different completion caps (x[0]: 96, y[0]: 8 tokens)"),
+        (["--within", b, f"x={EVAL}", "y=eval:empty"], "evaluation 'eval:empty' has no per-task results (0 tasks)"),
+        (["--within", b, f"x={EVAL}", "y=eval:twice"], "evaluation 'eval:twice' lists a task more than once"),
     ):
         out = run(*args)
         assert out.returncode == 2 and out.stdout == "", (args, out.stdout)
         assert len(out.stderr.strip().splitlines()) == 1 and fragment in out.stderr, (args, out.stderr)
+    not_a_library = tmp_path / "plain.db"
+    sqlite3.connect(not_a_library).close()
+    out = run(EVAL, f"x={a}", f"y={not_a_library}")
+    assert out.returncode == 2 and "not a Lesson Arena library (no such table: evaluations)" in out.stderr
     with LessonStore(a) as store:  # nothing was written to the libraries it read
         assert set(store.evaluations(store.get_session("a").id)) == {EVAL}
 
