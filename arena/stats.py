@@ -174,7 +174,9 @@ def replicated_comparison(
 
     - ``tasks``: the exact sign-flip test (:func:`sign_flip_test`) on each task's difference of
       the trainings' mean pass rate (A's mean − B's mean): the tasks' sampling. With one training
-      each it is the exact McNemar test; it does not see the spread between trainings;
+      each it is the exact McNemar test; with S_a = S_b the null (the two objectives' trainings
+      are exchangeable) makes each difference symmetric, so the test stays exact; with S_a ≠ S_b
+      it is approximate. It does not see the spread between trainings;
     - ``welch``: Welch's t-test on the trainings' pass@1 (scipy.stats.ttest_ind, equal_var=False):
       the spread between trainings, exact for small S if per-training pass@1 is normal, blind to
       the task pairing (so conservative); None unless both have at least 2 trainings and the
