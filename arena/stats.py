@@ -173,10 +173,10 @@ def replicated_comparison(
     overstates significance. Two tests, one per source of variation, and an interval:
 
     - ``tasks``: the exact sign-flip test (:func:`sign_flip_test`) on each task's difference of
-      the trainings' mean pass rate (A's mean − B's mean): the tasks' sampling. With one training
-      each it is the exact McNemar test; with S_a = S_b the null (the two objectives' trainings
-      are exchangeable) makes each difference symmetric, so the test stays exact; with S_a ≠ S_b
-      it is approximate. It does not see the spread between trainings;
+      the trainings' mean pass rate (A's mean − B's mean): the tasks' sampling. Its null is that,
+      for the trainings at hand, a task's difference is as likely positive as negative (with one
+      training each, McNemar's null: it is then the exact McNemar test). It holds the trainings
+      fixed, so it does not see the spread between them;
     - ``welch``: Welch's t-test on the trainings' pass@1 (scipy.stats.ttest_ind, equal_var=False):
       the spread between trainings, exact for small S if per-training pass@1 is normal, blind to
       the task pairing (so conservative); None unless both have at least 2 trainings and the
