@@ -110,6 +110,7 @@ def distill(
             f"{tr['tokens']} tokens, final loss {tr['final_loss']:.4f}, {tr['tokens_per_s']:.0f} tok/s")
     _print_eval_table(f"held-out pass@1, {summary['adapter_id']}", summary["eval"], c)
     c.print(f"distilled lessons: {', '.join(summary['distilled']) or 'none'}")
+    c.print(f"recorded per task as: {', '.join(summary['evaluations'])}")
 
 
 def eval_cmd(
