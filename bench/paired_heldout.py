@@ -95,12 +95,6 @@ def read_evaluation(db: str, name: str, session: str | None = None) -> Evaluatio
     return Evaluation(got, bool(with_lessons), cap if isinstance(cap, int) else None)
 
 
-def per_task(db: str, name: str, session: str | None = None) -> dict[str, tuple[str, bool]] | None:
-    """task key → (question, passed) of evaluation ``name`` (:func:`read_evaluation`); None when not recorded."""
-    got = read_evaluation(db, name, session)
-    return None if got is None else got.tasks
-
-
 def same_tasks(a: Evaluation, b: Evaluation) -> bool:
     """Whether two evaluations ran on the same tasks: the same keys, each with the same question."""
     return a.tasks.keys() == b.tasks.keys() and all(a.tasks[k][0] == b.tasks[k][0] for k in a.tasks)
