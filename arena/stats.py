@@ -172,7 +172,7 @@ def replicated_comparison(
     held-out tasks' sampling but not the spread between trainings, so between single runs it
     overstates significance. Two tests, one per source of variation, and an interval:
 
-    - ``tasks``: the exact sign-flip test (:func:`sign_flip_test`) on each task's difference of
+    - ``tasks_test``: the exact sign-flip test (:func:`sign_flip_test`) on each task's difference of
       the trainings' mean pass rate (A's mean − B's mean): the tasks' sampling. Its null is that,
       for the trainings at hand, a task's difference is as likely positive as negative (with one
       training each, McNemar's null: it is then the exact McNemar test). It holds the trainings
