@@ -231,24 +231,24 @@ def replicated_comparison(
     # per task, S_b · (A's passes) − S_a · (B's passes): S_a S_b times the difference of mean pass rates, an integer
     per_task = (sb * xa.sum(axis=0) - sa * xb.sum(axis=0)).round().astype(int)
 
-    def condition(x: Any) -> dict[str, Any]:
-        p1 = x.mean(axis=1)
-        return {"trainings": int(x.shape[0]), "pass_at_1": [round(float(v), 4) for v in p1],
+    pa, pb = xa.mean(axis=1), xb.mean(axis=1)  # each training's pass@1
+
+    def condition(p1: Any) -> dict[str, Any]:
+        return {"trainings": len(p1), "pass_at_1": [round(float(v), 4) for v in p1],
                 "mean": round(float(p1.mean()), 4),
-                "sd_between_trainings": round(float(p1.std(ddof=1)), 4) if x.shape[0] > 1 else None}
+                "sd_between_trainings": round(float(p1.std(ddof=1)), 4) if len(p1) > 1 else None}
 
     welch = None
-    if sa > 1 and sb > 1:
-        pa, pb = xa.mean(axis=1), xb.mean(axis=1)
-        if pa.std() > 0 or pb.std() > 0:  # trainings that all score alike in both leave t undefined
-            res = stats.ttest_ind(pa, pb, equal_var=False)
-            ci = res.confidence_interval(0.95)
-            welch = {"t": round(float(res.statistic), 4), "df": round(float(res.df), 4),
-                     "p_value": float(f"{float(res.pvalue):.6g}"), "ci95": [round(float(ci.low), 4), round(float(ci.high), 4)]}
+    # Welch needs two trainings a side; trainings that all score alike in both leave t undefined
+    if sa > 1 and sb > 1 and (pa.std() > 0 or pb.std() > 0):
+        res = stats.ttest_ind(pa, pb, equal_var=False)
+        ci = res.confidence_interval(0.95)
+        welch = {"t": round(float(res.statistic), 4), "df": round(float(res.df), 4),
+                 "p_value": float(f"{float(res.pvalue):.6g}"), "ci95": [round(float(ci.low), 4), round(float(ci.high), 4)]}
     return {
         "tasks": t,
-        "a": condition(xa),
-        "b": condition(xb),
+        "a": condition(pa),
+        "b": condition(pb),
         "diff": round(float(xa.mean() - xb.mean()), 4),
         "tasks_test": {"p_value": float(f"{sign_flip_test(per_task):.6g}"), "tasks_differing": int(np.count_nonzero(per_task))},
         "welch": welch,
