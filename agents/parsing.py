@@ -23,6 +23,9 @@ M = TypeVar("M", bound=BaseModel)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)(?:```|$)", re.S)
 
 
+MAX_JSON_DEPTH = 32  # nesting levels a model's JSON may have; our schemas need 4 (CASE-004)
+
+
 class ParseError(ValueError):
     """The text holds no JSON object that validates; the message says what is wrong (one line)."""
 
@@ -57,24 +60,52 @@ def _close_truncated(fragment: str) -> str:
     return out + "".join(reversed(stack))
 
 
+def json_depth(text: str) -> int:
+    """The deepest bracket nesting (``{`` / ``[``) in ``text``, strings skipped; linear time, no recursion."""
+    depth = deepest = 0
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "}]":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def extract_json_object(text: str) -> dict:
     """The first JSON object in ``text``.
 
     Handles code fences, prose before/after the object, and an object truncated at the end
-    of the text (max tokens reached). Raises :class:`ParseError` when there is none.
+    of the text (max tokens reached). Raises :class:`ParseError` when there is none, and when
+    the reply nests deeper than :data:`MAX_JSON_DEPTH` (which would otherwise escape as a
+    ``RecursionError`` from the decoder: CASE-004).
     """
     body = strip_code_fences(text)
     start = body.find("{")
     if start < 0:
         raise ParseError("no JSON object found in the reply")
+    depth = json_depth(body[start:])
+    if depth > MAX_JSON_DEPTH:
+        raise ParseError(f"JSON nested {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted")
     decoder = json.JSONDecoder()
     try:
         obj, _ = decoder.raw_decode(body[start:])
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         try:
             obj = json.loads(_close_truncated(body[start:]))
-        except json.JSONDecodeError as e:
-            raise ParseError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        except (json.JSONDecodeError, RecursionError) as e:
+            where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+            raise ParseError(f"invalid JSON: {getattr(e, 'msg', 'nested too deeply')}{where}") from None
     if not isinstance(obj, dict):
         raise ParseError(f"expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -141,18 +172,23 @@ def sample_and_parse(
     seed: int | None,
     prefill: str = "",
     retries: int = 1,
+    json_schema: dict | None = None,
 ) -> ParseOutcome[M]:
     """Sample one reply from ``policy`` and parse it as ``model``, retrying with the error shown.
 
     The retry appends the bad reply and ``retry_template.format(error=...)`` to ``messages``
     and samples with ``seed + attempt`` (the same seed often reproduces the same bad reply).
     ``prefill`` starts the reply on backends that support it (``policy.supports_prefill``)
-    and is part of the returned raw text. Shared by the teacher and the task proposer.
+    and is part of the returned raw text. ``json_schema`` constrains decoding on backends that
+    support it (``policy.supports_json_schema``: llama.cpp's grammar from a JSON schema); the
+    prefill is then dropped, since the grammar starts at the reply's first character. Shared by
+    the teacher and the task proposer.
 
     Returns:
         A :class:`ParseOutcome`; never raises on bad model output.
     """
-    prefill = prefill if getattr(policy, "supports_prefill", False) else ""
+    schema = json_schema if json_schema is not None and getattr(policy, "supports_json_schema", False) else None
+    prefill = prefill if getattr(policy, "supports_prefill", False) and schema is None else ""
     replies: list[str] = []
 
     def ask(error: str | None) -> str:
@@ -162,7 +198,9 @@ def sample_and_parse(
                 {"role": "assistant", "content": replies[-1]},
                 {"role": "user", "content": retry_template.format(error=error)},
             ]
-        kwargs = {"prefill": prefill} if prefill else {}
+        kwargs: dict[str, Any] = {"prefill": prefill} if prefill else {}
+        if schema is not None:
+            kwargs["json_schema"] = schema
         attempt_seed = None if seed is None else seed + len(replies)
         out = policy.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=attempt_seed, **kwargs)[0]
         replies.append(prefill + out.text)

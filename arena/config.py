@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agents.backends.teacher_files import EMBEDDED_TEACHER  # stdlib only: no model is imported here
+
 # chain_sum with 2 terms of 1–2 digits: the embedded 135M model's pass@8 is well above 0 here
 # (and pass@1 far below 1), so a group mixes successes and failures and reflection has signal.
 DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
@@ -21,7 +23,12 @@ DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
 DEFAULT_SLEEP_OBJECTIVE = "distill"
 SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd")  # arena.distill.config.OBJECTIVES (no torch import here)
 
-_ROLE = re.compile(r"^(local|openai:.+)$")
+# A role's model: the embedded 135M model in torch (local), an OpenAI-compatible endpoint (openai:MODEL), a GGUF run
+# in process by llama.cpp (llamacpp:PATH), or the embedded 1.5B teacher (generation-only roles).
+_ROLE = re.compile(r"^(local|openai:.+|llamacpp:.+|" + re.escape(EMBEDDED_TEACHER) + r")$")
+_SOLVER = re.compile(r"^(local|openai:.+)$")  # the solver is sampled, scored and trained: torch or an endpoint
+ROLE_CHOICES = f"'local', 'openai:MODEL', 'llamacpp:PATH' or '{EMBEDDED_TEACHER}'"
+DEFAULT_TEACHER = EMBEDDED_TEACHER  # teacher, rubric judge and proposer: Qwen2.5-Coder-1.5B-Instruct in llama.cpp
 REWARDS = ("verifier", "rubric-explicit", "rubric-implicit")
 
 
@@ -34,6 +41,13 @@ def check_db(db: str) -> str:
     if db.strip() in {"", ":memory:", "sqlite://", "sqlite:///:memory:"}:
         raise ValueError("an in-memory database would lose the session; give a file path or a server URL")
     return db
+
+
+def _absolute_gguf(spec: str) -> str:
+    """``llamacpp:PATH`` with PATH made absolute (a resume may run from another directory); other specs unchanged."""
+    if spec.startswith("llamacpp:"):
+        return "llamacpp:" + str(Path(spec.split(":", 1)[1]).expanduser().absolute())
+    return spec
 
 
 class SessionConfig(BaseModel):
@@ -62,8 +76,11 @@ class SessionConfig(BaseModel):
     seed: int = 0  # seeds task draws and sampling
     session: str | None = None  # session name; default run-YYYYMMDD-HHMMSS
     solver: str = "local"  # "local" or "openai:MODEL"
-    critic: str = "verifier"  # "verifier" (no model), "local" or "openai:MODEL"
-    teacher: str = "local"  # "local" or "openai:MODEL"
+    critic: str = "verifier"  # "verifier" (no model) or a model: "qwen2.5-coder-1.5b", "local", "openai:MODEL", "llamacpp:PATH"
+    teacher: str = DEFAULT_TEACHER  # "qwen2.5-coder-1.5b" (embedded), "local", "openai:MODEL" or "llamacpp:PATH"
+    request_timeout_s: float = 600.0  # per-request timeout of OpenAI-compatible endpoints, seconds (a one-slot CPU server is slow)
+    teacher_in_flight: int = 1  # teacher / judge / proposer requests in flight at once per endpoint (a local server has one slot)
+    solver_in_flight: int = 8  # solver requests in flight at once per endpoint
     reward: str = "verifier"  # one of REWARDS: the task's verifier, or a rubric graded by the --critic judge (RaR)
     judge_max_tokens: int = 256  # rubric judge reply cap, tokens
     online_rubrics: int = 0  # every N episodes, add criteria that separate current from reference rollouts; 0: off
@@ -100,19 +117,26 @@ class SessionConfig(BaseModel):
     def _db(cls, v: str) -> str:
         return check_db(v)
 
-    @field_validator("solver", "teacher")
+    @field_validator("solver")
+    @classmethod
+    def _solver(cls, v: str) -> str:
+        if not _SOLVER.match(v):
+            raise ValueError(f"must be 'local' or 'openai:MODEL' (the solver is scored and trained), got {v!r}")
+        return v
+
+    @field_validator("teacher")
     @classmethod
     def _role(cls, v: str) -> str:
         if not _ROLE.match(v):
-            raise ValueError(f"must be 'local' or 'openai:MODEL', got {v!r}")
-        return v
+            raise ValueError(f"must be {ROLE_CHOICES}, got {v!r}")
+        return _absolute_gguf(v)
 
     @field_validator("critic")
     @classmethod
     def _critic(cls, v: str) -> str:
         if v != "verifier" and not _ROLE.match(v):
-            raise ValueError(f"must be 'verifier', 'local' or 'openai:MODEL', got {v!r}")
-        return v
+            raise ValueError(f"must be 'verifier', {ROLE_CHOICES}, got {v!r}")
+        return _absolute_gguf(v)
 
     @field_validator("reward")
     @classmethod
@@ -125,8 +149,8 @@ class SessionConfig(BaseModel):
     @classmethod
     def _proposer(cls, v: str) -> str:
         if v != "teacher" and not _ROLE.match(v):
-            raise ValueError(f"must be 'teacher', 'local' or 'openai:MODEL', got {v!r}")
-        return v
+            raise ValueError(f"must be 'teacher', {ROLE_CHOICES}, got {v!r}")
+        return _absolute_gguf(v)
 
     @field_validator("target_pass", mode="before")
     @classmethod
@@ -184,6 +208,11 @@ class SessionConfig(BaseModel):
             raise ValueError(f"--online-rubrics must be >= 0 (episodes between rubric updates; 0: off), got {self.online_rubrics}")
         if self.online_rubrics and self.reward == "verifier":
             raise ValueError("--online-rubrics needs rubric rewards; pass --reward rubric-explicit or rubric-implicit")
+        if not (math.isfinite(self.request_timeout_s) and 1.0 <= self.request_timeout_s <= 86400.0):
+            raise ValueError(f"--request-timeout must be in [1, 86400] seconds, got {self.request_timeout_s}")
+        for flag, v in (("--teacher-in-flight", self.teacher_in_flight), ("--solver-in-flight", self.solver_in_flight)):
+            if not 1 <= v <= 64:
+                raise ValueError(f"{flag} must be in [1, 64] requests, got {v}")
         if self.judge_max_tokens < 16:
             raise ValueError(f"judge_max_tokens must be >= 16, got {self.judge_max_tokens}")
         if self.adapter is not None and self.solver != "local":

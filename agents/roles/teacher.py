@@ -22,8 +22,10 @@ from lessons.text import contains_token
 
 # Must make the teacher compare the group's attempts and return ONLY the JSON object below.
 TEACHER_SYSTEM = """You are a teacher. A student attempted one task several times; each attempt has a reward (1 = correct, 0 = wrong) and a critique.
-Compare the good and bad attempts and write at most 2 GENERAL lessons that would help the student on OTHER tasks of the same kind.
-A lesson is one short imperative sentence of advice. Never include numbers or answers from this particular task.
+The rewards come from a verifier: trust them and do not solve the task yourself.
+First, in "analysis", say in one sentence what the correct attempts did that the wrong ones did not (if all failed: the most common mistake).
+Then write at most 2 GENERAL lessons that would prevent that mistake on OTHER tasks of the same kind.
+A lesson is one short imperative sentence of advice about the method. Never include numbers or answers from this particular task, and do not repeat a lesson the student was already shown.
 Also tag each lesson that was shown to the student as helpful, harmful or neutral.
 Reply with ONE JSON object and nothing else:
 {"analysis": "<one sentence>", "add": [{"text": "<lesson>", "scope": "<task family or global>"}], "tags": [{"lesson_id": "<id>", "tag": "helpful|harmful|neutral"}]}
@@ -64,6 +66,50 @@ EXAMPLE_REPLY = {
 # Replies that echo the format instead of filling it, or state a specific result.
 _TEMPLATE_ECHO = re.compile(r"<\s*(lesson(_id)?|id|one sentence|task family[^>]*)\s*>|helpful\|harmful", re.I)
 _STATES_RESULT = re.compile(r"\b(answer|result|sum|total|difference)\b[^.;:!?]{0,60}?(\bis|\bwas|\bequals|=)\s*-?\d", re.I)
+
+
+def reflection_schema(lesson_ids: Sequence[str], family: str) -> dict:
+    """The JSON schema a reflection must match, for grammar-constrained decoding (llama.cpp).
+
+    ``analysis`` comes first (the teacher states what separated successes from failures before it
+    writes a lesson), then at most :data:`MAX_ADDS` lessons of bounded length with a scope of
+    ``family`` or ``global``, then tags: one per shown lesson, whose ids are the only ones allowed.
+    EDIT / MERGE / RETIRE exist only when lessons were shown. The reply is still validated as
+    :class:`lessons.ops.Reflection` and screened: the grammar fixes the shape, not the content.
+
+    Args:
+        lesson_ids: ids of the lessons that were in the solver's context.
+        family: the task family (a lesson's scope is it or ``global``).
+
+    Returns:
+        A JSON-schema dict (draft 2020-12 subset that llama.cpp's converter reads).
+    """
+    text = {"type": "string", "minLength": 12, "maxLength": 220}
+    props: dict = {
+        "analysis": {"type": "string", "maxLength": 280},
+        "add": {"type": "array", "maxItems": MAX_ADDS, "items": {
+            "type": "object", "properties": {"text": text, "scope": {"enum": [family, "global"]}},
+            "required": ["text", "scope"], "additionalProperties": False}},
+    }
+    required = ["analysis", "add"]
+    if lesson_ids:
+        ids = {"enum": list(dict.fromkeys(lesson_ids))}
+        props["tags"] = {"type": "array", "maxItems": len(ids["enum"]), "items": {
+            "type": "object", "properties": {"lesson_id": ids, "tag": {"enum": ["helpful", "harmful", "neutral"]}},
+            "required": ["lesson_id", "tag"], "additionalProperties": False}}
+        props["edit"] = {"type": "array", "maxItems": 1, "items": {
+            "type": "object", "properties": {"lesson_id": ids, "text": text},
+            "required": ["lesson_id", "text"], "additionalProperties": False}}
+        props["retire"] = {"type": "array", "maxItems": 1, "items": {
+            "type": "object", "properties": {"lesson_id": ids, "why": {"type": "string", "minLength": 3, "maxLength": 160}},
+            "required": ["lesson_id", "why"], "additionalProperties": False}}
+        required.append("tags")
+        if len(ids["enum"]) >= 2:
+            props["merge"] = {"type": "array", "maxItems": 1, "items": {
+                "type": "object", "properties": {"lesson_ids": {"type": "array", "items": ids, "minItems": 2, "maxItems": 3},
+                                                 "text": text},
+                "required": ["lesson_ids", "text"], "additionalProperties": False}}
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
 @dataclass
@@ -138,14 +184,23 @@ def teacher_messages(
     lessons_shown: Sequence[tuple[str, str]],
     hint: str | None = None,
     library_note: str | None = None,
+    worked_example: bool = True,
 ) -> list[Message]:
-    """The full teacher chat: system prompt, the worked example (user/assistant), then this group."""
+    """The full teacher chat: system prompt, the worked example (user/assistant), then this group.
+
+    ``worked_example=False`` leaves the example out: a teacher decoding under the reply's JSON
+    schema (:func:`reflection_schema`) needs no format demonstration, and the 1.5B teacher copied
+    the example's lessons into unrelated groups when shown one (measured: 3 of 4 replies).
+    """
+    group = {"role": "user", "content": reflect_messages(family, question, rollouts, lessons_shown, hint, library_note)}
+    if not worked_example:
+        return [{"role": "system", "content": TEACHER_SYSTEM}, group]
     example = reflect_messages(EXAMPLE_FAMILY, EXAMPLE_QUESTION, [RolloutView(*r) for r in EXAMPLE_ROLLOUTS], [])
     return [
         {"role": "system", "content": TEACHER_SYSTEM},
         {"role": "user", "content": example},
         {"role": "assistant", "content": json.dumps(EXAMPLE_REPLY)},
-        {"role": "user", "content": reflect_messages(family, question, rollouts, lessons_shown, hint, library_note)},
+        group,
     ]
 
 
@@ -263,9 +318,11 @@ def reflect(
         A :class:`ReflectResult`. A reply that stays invalid after one retry gives
         ``reflection=None`` and the error; this function does not raise on bad model output.
     """
-    base = teacher_messages(family, question, rollouts, lessons_shown, hint, library_note)
+    constrained = bool(getattr(teacher, "supports_json_schema", False))
+    base = teacher_messages(family, question, rollouts, lessons_shown, hint, library_note, worked_example=not constrained)
     outcome = sample_and_parse(
-        teacher, base, Reflection, TEACHER_RETRY, temperature, max_tokens, seed, prefill=TEACHER_PREFILL
+        teacher, base, Reflection, TEACHER_RETRY, temperature, max_tokens, seed, prefill=TEACHER_PREFILL,
+        json_schema=reflection_schema([lid for lid, _ in lessons_shown], family),
     )
     if outcome.value is None:
         return ReflectResult(None, outcome.raw, outcome.error)

@@ -39,9 +39,12 @@ def run(
     resume: Annotated[Optional[str], typer.Option(help="Continue an interrupted session by name (its stored settings are used).")] = None,
     solver: Annotated[str, typer.Option(help="Solver model: local or openai:MODEL.")] = "local",
     critic: Annotated[
-        Optional[str], typer.Option(help="Critic: verifier (no model), local or openai:MODEL; the judge of rubric rewards. Default: verifier, or local with a rubric reward.")
+        Optional[str], typer.Option(help="Critic: verifier (no model), qwen2.5-coder-1.5b, local, openai:MODEL or llamacpp:PATH; the judge of rubric rewards. Default: verifier, or the teacher's model with a rubric reward.")
     ] = None,
-    teacher: Annotated[str, typer.Option(help="Teacher model: local or openai:MODEL.")] = "local",
+    teacher: Annotated[str, typer.Option(help="Teacher model: qwen2.5-coder-1.5b (embedded, in llama.cpp), local (the 135M solver model), openai:MODEL or llamacpp:PATH.")] = "qwen2.5-coder-1.5b",
+    request_timeout: Annotated[float, typer.Option(help="Per-request timeout of OpenAI-compatible endpoints, seconds.")] = 600.0,
+    teacher_in_flight: Annotated[int, typer.Option(help="Teacher / judge / proposer requests in flight at once per endpoint (a llama.cpp server has one slot).")] = 1,
+    solver_in_flight: Annotated[int, typer.Option(help="Solver requests in flight at once per endpoint.")] = 8,
     lesson_tokens: Annotated[int, typer.Option(help="Token budget of the lessons in the solver prompt.")] = 512,
     library_tokens: Annotated[int, typer.Option(help="Token budget of all live lessons; an op past it is rejected.")] = 4096,
     utility_every: Annotated[int, typer.Option(help="Utility A/B of lessons (with vs without) every N episodes; candidates become active on it; 0: off.")] = 4,
@@ -115,12 +118,13 @@ def run(
 
                 tasks_file = BUILTIN_RUBRIC_TASKS  # the shipped rubric tasks: runs offline
             families = list(family) if family else ([] if tasks_file else [DEFAULT_FAMILY])
-            critic = critic or ("local" if rubric else "verifier")
+            critic = critic or (teacher if rubric else "verifier")
             success_threshold = success_threshold if success_threshold is not None else (0.8 if rubric else 1.0)
             cfg = SessionConfig(
                 db=db, families=families, tasks_file=tasks_file, train_tasks=train_tasks, heldout_tasks=heldout_tasks,
                 rounds=rounds, rollouts=rollouts, temperature=temperature, max_tokens=max_tokens, seed=seed,
                 session=session, solver=solver, critic=critic, teacher=teacher, lesson_tokens=lesson_tokens,
+                request_timeout_s=request_timeout, teacher_in_flight=teacher_in_flight, solver_in_flight=solver_in_flight,
                 library_tokens=library_tokens, utility_every=utility_every, utility_lessons=utility_lessons,
                 utility_tasks=utility_tasks, utility_samples=utility_samples,
                 success_threshold=success_threshold, reward=reward, online_rubrics=online_rubrics,

@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agents.policy import EndpointFault, Policy
+from agents.policy import EndpointFault, Policy, PolicyError
 from agents.roles.solver import solver_messages
 from arena.config import ConfigError, SessionConfig
 from arena.distill.data import NoTrainingData
@@ -53,6 +53,48 @@ from lessons.outcomes import (
 )
 
 
+def make_policy(spec: str, adapter: Path | None = None, timeout_s: float = 600.0, in_flight: int = 1) -> Policy:
+    """The policy a role spec names, checked before any work.
+
+    Args:
+        spec: ``local`` (SmolLM2-135M in torch), ``openai:MODEL`` (an OpenAI-compatible endpoint),
+            ``llamacpp:PATH`` (a GGUF in process) or ``qwen2.5-coder-1.5b`` (the embedded teacher,
+            assembled into the cache on first use: :mod:`agents.backends.teacher_files`).
+        adapter: a LoRA adapter for ``local``.
+        timeout_s: per-request timeout of an endpoint, seconds.
+        in_flight: an endpoint's requests in flight at once.
+
+    Raises:
+        agents.policy.PolicyError: an endpoint is unreachable, a model does not exist, a GGUF is
+            missing or broken, or the embedded teacher cannot be assembled (one line each).
+    """
+    if spec == "local":
+        from agents.backends.local import LocalPolicy
+
+        return LocalPolicy(adapter=adapter)
+    if spec.startswith("openai:"):
+        from agents.backends.openai_backend import OpenAIPolicy
+
+        p = OpenAIPolicy(spec.split(":", 1)[1], timeout_s=timeout_s, max_concurrency=in_flight)
+        p.check()
+        return p
+    from agents.backends.llamacpp import LlamaCppPolicy
+    from agents.backends.teacher_files import EMBEDDED_TEACHER, TeacherFilesError, embedded_teacher_path
+
+    if spec == EMBEDDED_TEACHER:
+        try:
+            path = embedded_teacher_path()
+        except TeacherFilesError as e:
+            raise PolicyError(str(e)) from None
+        llm = LlamaCppPolicy(path, name=spec)
+    elif spec.startswith("llamacpp:"):
+        llm = LlamaCppPolicy(Path(spec.split(":", 1)[1]))
+    else:
+        raise PolicyError(f"unknown model {spec!r}; use local, openai:MODEL, llamacpp:PATH or {EMBEDDED_TEACHER}")
+    llm.check()
+    return llm
+
+
 def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
     """Policies for the roles named in ``cfg``; roles that say ``local`` share one loaded model.
 
@@ -63,27 +105,18 @@ def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
         agents.policy.PolicyError: an endpoint is unreachable or a model does not exist
             (checked here, before any work is done).
     """
-    cache: dict[tuple[str, Path | None], Policy] = {}
+    cache: dict[tuple[str, Path | None, int], Policy] = {}
     if adapter is None and cfg.adapter:
         adapter = Path(cfg.adapter)
 
-    def policy(spec: str, lora: Path | None = None) -> Policy:
-        key = (spec, lora if spec == "local" else None)
+    def policy(spec: str, lora: Path | None = None, in_flight: int = cfg.teacher_in_flight) -> Policy:
+        key = (spec, lora if spec == "local" else None, in_flight if spec.startswith("openai:") else 0)
         if key not in cache:
-            if spec == "local":
-                from agents.backends.local import LocalPolicy
-
-                cache[key] = LocalPolicy(adapter=lora)
-            else:
-                from agents.backends.openai_backend import OpenAIPolicy
-
-                p = OpenAIPolicy(spec.split(":", 1)[1])
-                p.check()
-                cache[key] = p
+            cache[key] = make_policy(spec, lora, cfg.request_timeout_s, in_flight)
         return cache[key]
 
     return Roles(
-        solver=policy(cfg.solver, adapter),
+        solver=policy(cfg.solver, adapter, cfg.solver_in_flight),
         teacher=policy(cfg.teacher),
         critic=None if cfg.critic == "verifier" else policy(cfg.critic),
         proposer=None if cfg.proposer == "teacher" or cfg.proposals_per_round == 0 else policy(cfg.proposer),
