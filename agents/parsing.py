@@ -97,12 +97,12 @@ def extract_json_object(text: str) -> dict:
     depth = json_depth(body[start:])
     if depth > MAX_JSON_DEPTH:
         raise ParseError(f"JSON nested {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted")
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(strict=False)  # raw newlines inside strings: common, and harmless once validated
     try:
         obj, _ = decoder.raw_decode(body[start:])
     except (json.JSONDecodeError, RecursionError):
         try:
-            obj = json.loads(_close_truncated(body[start:]))
+            obj = json.loads(_close_truncated(body[start:]), strict=False)
         except (json.JSONDecodeError, RecursionError) as e:
             where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
             raise ParseError(f"invalid JSON: {getattr(e, 'msg', 'nested too deeply')}{where}") from None

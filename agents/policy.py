@@ -8,6 +8,8 @@ injects the local torch model or an OpenAI-compatible endpoint.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -82,6 +84,58 @@ class Completion:
     @property
     def completion_tokens(self) -> int:
         return len(self.token_ids) if self.token_ids else max(1, len(self.text.split()))
+
+
+class RoleStats:
+    """What one model did over a session: calls, tokens and busy seconds, for tokens/s per role in the summary.
+
+    Calls that overlap in time (concurrent episodes decoded in one batch) count their shared wall
+    time once: ``seconds`` is the union of the intervals between :meth:`begin` and :meth:`end`.
+    Thread-safe.
+
+    Attributes:
+        calls: generation calls ended.
+        prompt_tokens: prompt tokens of those calls, summed.
+        completion_tokens: tokens generated, summed.
+        seconds: wall seconds during which at least one call was running.
+    """
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.seconds = 0.0
+        self._running = 0
+        self._since = 0.0
+        self._lock = threading.Lock()
+
+    def begin(self) -> None:
+        """A call starts (pair with :meth:`end`)."""
+        with self._lock:
+            if self._running == 0:
+                self._since = time.perf_counter()
+            self._running += 1
+
+    def end(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """A call ended having read ``prompt_tokens`` and generated ``completion_tokens``."""
+        with self._lock:
+            self._running -= 1
+            if self._running == 0:
+                self.seconds += time.perf_counter() - self._since
+            self.calls += 1
+            self.prompt_tokens += prompt_tokens
+            self.completion_tokens += completion_tokens
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Completion tokens per busy second; None before the first call."""
+        return self.completion_tokens / self.seconds if self.seconds > 0 else None
+
+    def as_dict(self) -> dict:
+        """``{"calls", "prompt_tokens", "completion_tokens", "seconds", "tokens_per_s"}`` (seconds and tok/s rounded)."""
+        tps = self.tokens_per_s
+        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "seconds": round(self.seconds, 2), "tokens_per_s": None if tps is None else round(tps, 2)}
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
 # (level with grpo at seed 0, above it at seed 1, gaps within the spread between trainings), above sft,
 # and the highest sampled pass@1 at both seeds.
 DEFAULT_SLEEP_OBJECTIVE = "distill"
+AUTO_SLEEP_MIN_EPISODES = 32  # `--sleep-objective auto` sleeps only after a wake of at least this many episodes
 SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd")  # arena.distill.config.OBJECTIVES (no torch import here)
 
 # A role's model: the embedded 135M model in torch (local), an OpenAI-compatible endpoint (openai:MODEL), a GGUF run
@@ -64,7 +65,7 @@ class SessionConfig(BaseModel):
     rollouts: int = 8  # group size k per episode
     temperature: float = 0.8  # solver sampling temperature for rollouts
     max_tokens: int = 96  # solver completion cap, tokens
-    teacher_max_tokens: int = 192  # teacher reflection cap, tokens
+    teacher_max_tokens: int = 320  # teacher reflection cap, tokens (the 1.5B teacher's replies under the schema: ~60–250)
     lesson_tokens: int = 512  # budget of the lessons section in the solver prompt, solver tokens
     library_tokens: int = 4096  # budget of all live (candidate + active) lessons, solver tokens; enforced per op
     utility_every: int = 4  # utility A/B of lessons after every N episodes (candidates become active on it); 0: never
@@ -95,7 +96,9 @@ class SessionConfig(BaseModel):
     proposal_samples: int = 4  # independent samples that confirm a proposal's answer where no verifier exists
     proposal_agreement: float = 0.75  # share of those samples that must agree with the proposed answer
     concurrency: int = 8  # episodes of a round in flight at once (their model calls are batched together)
-    reflect: bool = True  # the teacher reflects on every group and writes lessons; False: weight-only learning (no lessons)
+    reflect: bool = True  # the teacher reflects on groups and writes lessons; False: weight-only learning (no lessons)
+    reflect_on: Literal["mixed", "all"] = "mixed"  # mixed: only groups with successes and failures (a contrast); all: every group
+    reflections_per_round: int = 8  # the teacher's budget per round, spent in task order (~15 s each for the 1.5B teacher on 2 cores); 0: no limit
     # wake–sleep cycles (arena.session.cycles): each cycle is `rounds` rounds of episodes, then a sleep (distillation)
     cycles: int = 1  # wake–sleep cycles; 1 without a sleep objective is a plain session
     sleep_objective: str | None = None  # arena distill objective of each sleep; None: no sleep with 1 cycle, DEFAULT_SLEEP_OBJECTIVE with more
@@ -229,6 +232,8 @@ class SessionConfig(BaseModel):
             raise ValueError(f"--proposal-samples must be in [1, 64], got {self.proposal_samples}")
         if not 0.0 < self.proposal_agreement <= 1.0:
             raise ValueError(f"--proposal-agreement must be in (0, 1], got {self.proposal_agreement}")
+        if not 0 <= self.reflections_per_round <= 10_000:
+            raise ValueError(f"--reflections-per-round must be in [0, 10000] (0: no limit), got {self.reflections_per_round}")
         if not 1 <= self.concurrency <= 64:
             raise ValueError(f"concurrency must be in [1, 64] episodes in flight, got {self.concurrency}")
         if not self.families and self.tasks_file is None:
@@ -275,6 +280,27 @@ class SessionConfig(BaseModel):
         if self.sleep_objective is not None:
             return self.sleep_objective
         return DEFAULT_SLEEP_OBJECTIVE if self.cycles > 1 else None
+
+    def with_auto_sleep(self, n_train: int) -> "SessionConfig":
+        """``arena run``'s default ``--sleep-objective auto``: a one-cycle session sleeps when it can.
+
+        A session of one cycle with no sleep objective gets :data:`DEFAULT_SLEEP_OBJECTIVE` when a
+        sleep can run and has enough to learn from: the local solver, verifier rewards, at least
+        :data:`AUTO_SLEEP_MIN_EPISODES` episodes (a sleep on a handful of tasks moved held-out pass@1
+        down, not up: 16 tasks gave 0.281 → 0.234 in bench/RESULTS.md) and at least
+        ``sleep_min_examples`` rollouts. Otherwise (an endpoint solver, a rubric reward, a small
+        session) it stays a plain session.
+
+        Returns:
+            This config, or a validated copy with the sleep objective set.
+        """
+        if self.sleep is not None or self.cycles != 1:
+            return self
+        if self.solver != "local" or self.reward != "verifier" or self.sleep_from != "base":
+            return self
+        if n_train * self.rounds < AUTO_SLEEP_MIN_EPISODES or n_train * self.rounds * self.rollouts < self.sleep_min_examples:
+            return self
+        return SessionConfig.model_validate({**self.model_dump(), "sleep_objective": DEFAULT_SLEEP_OBJECTIVE})
 
     def check_cycle_budget(self, n_train: int) -> None:
         """Refuse cycles whose wake cannot yield a sleep's minimum of examples (before anything is written).

@@ -19,39 +19,11 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from agents.policy import Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError
+from agents.policy import Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError, RoleStats
 
 DEFAULT_N_CTX = 4096  # context window of the llama.cpp context, tokens (reflection prompts are ~1–2k)
-
-
-@dataclass
-class RoleStats:
-    """What one role's model did: calls, tokens and seconds, for tokens/s in the session summary.
-
-    Attributes:
-        calls: generation calls.
-        prompt_tokens: prompt tokens evaluated (after the prompt cache), summed.
-        completion_tokens: tokens generated, summed.
-        seconds: wall seconds inside generation calls (waiting for the model's lock excluded).
-    """
-
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        """Completion tokens per second of generation time; None before the first call."""
-        return self.completion_tokens / self.seconds if self.seconds > 0 else None
-
-    def as_dict(self) -> dict:
-        tps = self.tokens_per_s
-        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "seconds": round(self.seconds, 2), "tokens_per_s": None if tps is None else round(tps, 2)}
 
 
 def default_threads() -> int:
@@ -227,7 +199,7 @@ class LlamaCppPolicy:
                                     "context; no room to reply", "oversized")
             grammar = self._grammar(json_schema) if json_schema is not None else None
             for i in range(n):
-                t0 = time.perf_counter()
+                self.stats.begin()
                 res = self._llm.create_completion(
                     prompt=tokens, max_tokens=min(max_tokens, room), temperature=max(0.0, temperature),
                     top_p=1.0 if temperature <= 0 else 0.95, top_k=0 if temperature > 0 else 1, min_p=0.0,
@@ -238,10 +210,7 @@ class LlamaCppPolicy:
                 usage = res.get("usage") or {}
                 text = choice.get("text") or ""
                 ids = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
-                self.stats.calls += 1
-                self.stats.prompt_tokens += int(usage.get("prompt_tokens", len(tokens)))
-                self.stats.completion_tokens += int(usage.get("completion_tokens", len(ids)))
-                self.stats.seconds += time.perf_counter() - t0
+                self.stats.end(int(usage.get("prompt_tokens", len(tokens))), int(usage.get("completion_tokens", len(ids))))
                 out.append(Completion(
                     text=text.replace(self._eos_text, "").strip() if json_schema is None else text.strip(),
                     token_ids=ids, logprobs=None, finish_reason="length" if choice.get("finish_reason") == "length" else "stop",

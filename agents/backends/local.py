@@ -42,7 +42,7 @@ from agents.backends.batching import (
     row_seed,
 )
 from agents.backends.model_files import smollm2_gguf_path
-from agents.policy import Completion, Message, PolicyError
+from agents.policy import Completion, Message, PolicyError, RoleStats
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +232,7 @@ class LocalPolicy:
         self._scheduler = _Scheduler(self)
         self.load_seconds: float | None = None
         self.batches: list[int] = []  # rows in the running batch after each admission (for tests and benchmarks)
+        self.stats = RoleStats()  # calls, tokens and busy seconds of sampling (tokens/s in the session summary)
 
     # ------------------------------------------------------------------ loading
     def load(self) -> None:
@@ -422,7 +423,17 @@ class LocalPolicy:
         if n <= 0:
             return []
         rows = self._rows([self.prompt_text(messages, prefill)] * n, temperature, max_tokens, stop, seed)
-        return self._completions(rows, self._submit(rows), stop, with_logprobs=True)
+        return self._counted(rows, stop, with_logprobs=True)
+
+    def _counted(self, rows, stop, with_logprobs: bool) -> list[Completion]:
+        """Decode ``rows`` and count the call in :attr:`stats` (tokens per busy second of this model)."""
+        self.stats.begin()
+        out: list[Completion] = []
+        try:
+            out = self._completions(rows, self._submit(rows), stop, with_logprobs=with_logprobs)
+            return out
+        finally:
+            self.stats.end(sum(c.prompt_tokens for c in out), sum(len(c.token_ids) for c in out))
 
     def sample_batch(
         self,
@@ -440,7 +451,7 @@ class LocalPolicy:
         if not chats:
             return []
         rows = self._rows([self.prompt_text(c) for c in chats], temperature, max_tokens, stop, seed)
-        return self._completions(rows, self._submit(rows), stop, with_logprobs=False)
+        return self._counted(rows, stop, with_logprobs=False)
 
     def logprobs(self, messages: Sequence[Message], completion: str) -> list[float]:
         """Per-token log-probs of ``completion`` as the reply to ``messages``, by teacher forcing.

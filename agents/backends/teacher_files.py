@@ -122,7 +122,8 @@ def check_gguf(path: Path) -> None:
         reader = GGUFReader(path)
         end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
     except Exception as e:  # noqa: BLE001 - any failure to read the index is a corrupt file
-        raise TeacherFilesError(f"{path} is not a readable GGUF file ({type(e).__name__}: {str(e)[:120]})") from None
+        raise TeacherFilesError(f"{path} is truncated or corrupt: not a readable GGUF file ({type(e).__name__}: "
+                                f"{str(e)[:120]})") from None
     if end > path.stat().st_size:
         raise TeacherFilesError(f"{path} is truncated: its tensors need {end:,} bytes, the file has {path.stat().st_size:,}")
 

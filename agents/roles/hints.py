@@ -25,10 +25,15 @@ from lessons.text import contains_token
 HINT_MODES = ("plan", "feedback", "answer")
 
 # Must make the teacher give a strategy for THIS task without the final answer.
+# Written for the 1.5B teacher, which, told only "never write the answer", wrote it in 4 of 4 plans: the plan
+# describes the steps in words with the task's own numbers and carries out no calculation, so it has no result to
+# state; :func:`plan_problem` still screens every plan.
 PLAN_SYSTEM = (
     "You are a teacher. A student failed a task several times. Write a short plan (at most 3 sentences) "
-    "that shows HOW to solve it: the method and the step the student got wrong. "
-    "You are shown the correct answer so your plan is right, but NEVER write the answer itself."
+    "that tells the student HOW to solve it: the method, and the step the failed attempts got wrong. "
+    "Describe the steps in words, using only the numbers that appear in the task: do not carry out any "
+    "calculation and never write an intermediate or final result. You are shown the correct answer only so "
+    "that your plan leads to it; NEVER write it."
 )
 PART_SEPARATOR = "\n\n"  # between the parts of a hint (plan, feedback, answer)
 PLAN_ATTEMPTS = 3  # a plan that states the answer is regenerated up to this many times in all
@@ -125,6 +130,26 @@ def answer_hint(reference_answer: str) -> str:
     )
 
 
+def plan_problem(text: str, reference_answer: str) -> str | None:
+    """Why a plan cannot be shown to the solver, or None when it can.
+
+    A plan is refused when it is empty, contains the reference answer or its magnitude ("28" of
+    "-28": the answer but for its sign), or claims any final answer ("the answer is 8", an
+    ``<answer>`` tag; right, it leaks; wrong, it misleads the guided re-attempt).
+    """
+    answer = reference_answer.strip()
+    if not text:
+        return "empty"
+    if contains_token(text, answer):
+        return "contains the reference answer"
+    magnitude = answer.lstrip("-−+").strip()
+    if magnitude != answer and magnitude and contains_token(text, magnitude):
+        return "contains the reference answer without its sign"
+    if _ANSWER_CLAIM.search(text):
+        return "states a final answer"
+    return None
+
+
 def plan_hint(
     teacher: Policy,
     question: str,
@@ -135,7 +160,7 @@ def plan_hint(
     seed: int | None = None,
     attempts: int = PLAN_ATTEMPTS,
 ) -> tuple[str, list[str]]:
-    """The teacher's plan; regenerated (new seed) while it states the reference answer or claims any final answer.
+    """The teacher's plan; regenerated (new seed) while :func:`plan_problem` refuses it.
 
     Returns ``(text, rejected)``; ``text`` is "" when every attempt leaked or was empty.
     """
@@ -147,14 +172,10 @@ def plan_hint(
     for i in range(attempts):
         s = None if seed is None else seed + i
         text = _clip(teacher.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=s)[0].text, 600)
-        if not text:
-            rejected.append("plan rejected (empty)")
-        elif contains_token(text, reference_answer.strip()):
-            rejected.append(f"plan rejected (contains the reference answer): {text!r}")
-        elif _ANSWER_CLAIM.search(text):
-            rejected.append(f"plan rejected (states a final answer): {text!r}")
-        else:
+        problem = plan_problem(text, reference_answer)
+        if problem is None:
             return text, rejected
+        rejected.append(f"plan rejected ({problem})" + (f": {text!r}" if text else ""))
     return "", rejected
 
 

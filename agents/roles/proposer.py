@@ -213,7 +213,8 @@ def propose_task(
     """
     base = proposer_messages(parent)
     outcome = sample_and_parse(
-        proposer, base, ProposedTask, PROPOSER_RETRY, temperature, max_tokens, seed, prefill=PROPOSER_PREFILL
+        proposer, base, ProposedTask, PROPOSER_RETRY, temperature, max_tokens, seed, prefill=PROPOSER_PREFILL,
+        json_schema=ProposedTask.model_json_schema(),
     )
     return outcome.value, outcome.error, outcome.raw
 

@@ -289,14 +289,18 @@ def _judge_loop(
     seed: int | None, retries: int,
 ):
     """Ask, parse (repairing broken JSON), check; retry with the error shown. Returns (value, raw, error)."""
-    use_prefill = prefill if getattr(judge, "supports_prefill", False) else ""
+    # a judge that decodes under a JSON schema (llama.cpp's grammar) gets the schema instead of a prefill
+    json_schema = schema.model_json_schema() if getattr(judge, "supports_json_schema", False) else None
+    use_prefill = prefill if getattr(judge, "supports_prefill", False) and json_schema is None else ""
     raw: list[str] = []
     error: str | None = None
     for attempt in range(1 + retries):
         msgs = list(messages)
         if error is not None and raw:
             msgs += [{"role": "assistant", "content": raw[-1]}, {"role": "user", "content": JUDGE_RETRY.format(error=error)}]
-        kwargs = {"prefill": use_prefill} if use_prefill else {}
+        kwargs: dict = {"prefill": use_prefill} if use_prefill else {}
+        if json_schema is not None:
+            kwargs["json_schema"] = json_schema
         # the first attempt is greedy; a retry samples (a greedy retry tends to repeat the same reply)
         out = judge.sample(msgs, n=1, temperature=0.0 if attempt == 0 else 0.7, max_tokens=max_tokens,
                            seed=None if seed is None else seed + attempt, **kwargs)[0]

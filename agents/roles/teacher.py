@@ -86,7 +86,7 @@ def reflection_schema(lesson_ids: Sequence[str], family: str) -> dict:
     """
     text = {"type": "string", "minLength": 12, "maxLength": 220}
     props: dict = {
-        "analysis": {"type": "string", "maxLength": 280},
+        "analysis": {"type": "string", "maxLength": 400},
         "add": {"type": "array", "maxItems": MAX_ADDS, "items": {
             "type": "object", "properties": {"text": text, "scope": {"enum": [family, "global"]}},
             "required": ["text", "scope"], "additionalProperties": False}},

@@ -28,9 +28,9 @@ def run(
         typer.Option("--family", help="reasoning-gym family with overrides, e.g. chain_sum:min_terms=2,max_terms=2 (repeatable)."),
     ] = None,
     tasks_file: Annotated[Optional[Path], typer.Option(help='JSONL tasks, one {"question", "answer"} per line.')] = None,
-    train_tasks: Annotated[int, typer.Option(help="Train tasks per family (one episode per round each).")] = 4,
-    heldout_tasks: Annotated[int, typer.Option(help="Held-out tasks per family for pass@1 before/after.")] = 32,
-    rounds: Annotated[int, typer.Option(help="Passes over the train tasks.")] = 2,
+    train_tasks: Annotated[int, typer.Option(help="Train tasks per family (one episode per round each).")] = 32,
+    heldout_tasks: Annotated[int, typer.Option(help="Held-out tasks per family for pass@1 before/after.")] = 64,
+    rounds: Annotated[int, typer.Option(help="Passes over the train tasks.")] = 1,
     rollouts: Annotated[int, typer.Option(help="Group size k: rollouts per episode.")] = 8,
     temperature: Annotated[float, typer.Option(help="Solver sampling temperature for rollouts.")] = 0.8,
     max_tokens: Annotated[int, typer.Option(help="Solver completion cap in tokens.")] = 96,
@@ -47,7 +47,7 @@ def run(
     solver_in_flight: Annotated[int, typer.Option(help="Solver requests in flight at once per endpoint.")] = 8,
     lesson_tokens: Annotated[int, typer.Option(help="Token budget of the lessons in the solver prompt.")] = 512,
     library_tokens: Annotated[int, typer.Option(help="Token budget of all live lessons; an op past it is rejected.")] = 4096,
-    utility_every: Annotated[int, typer.Option(help="Utility A/B of lessons (with vs without) every N episodes; candidates become active on it; 0: off.")] = 4,
+    utility_every: Annotated[int, typer.Option(help="Utility A/B of lessons (with vs without) every N episodes; candidates become active on it; 0: off.")] = 16,
     utility_lessons: Annotated[int, typer.Option(help="Lessons measured per utility check.")] = 2,
     utility_tasks: Annotated[int, typer.Option(help="Train tasks per lesson in a utility A/B.")] = 4,
     utility_samples: Annotated[int, typer.Option(help="Samples per task and arm in a utility A/B.")] = 4,
@@ -70,8 +70,10 @@ def run(
     proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,
     concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 8,
     reflect: Annotated[bool, typer.Option("--reflect/--no-reflect", help="Teacher reflection on every group (lessons); --no-reflect: weight-only learning.")] = True,
+    reflect_on: Annotated[str, typer.Option(help="Groups the teacher reflects on: mixed (successes and failures: a contrast to learn from) or all.")] = "mixed",
+    reflections_per_round: Annotated[int, typer.Option(help="The teacher's budget: reflections per round, spent in task order; 0: no limit.")] = 8,
     cycles: Annotated[int, typer.Option(help="Wake–sleep cycles: --rounds rounds of episodes, then a sleep (distillation into a LoRA the next cycle samples with).")] = 1,
-    sleep_objective: Annotated[Optional[str], typer.Option(help="arena distill objective of each sleep: distill, sft, guided-unweighted, grpo, guide-grpo or opcd. Default: none with --cycles 1, distill with more.")] = None,
+    sleep_objective: Annotated[str, typer.Option(help="arena distill objective of each sleep: distill, sft, guided-unweighted, grpo, guide-grpo or opcd; none: no sleep; auto: distill where a sleep can run (local solver, verifier reward, a wake of at least --sleep-min-examples rollouts), else none.")] = "auto",
     sleep_from: Annotated[str, typer.Option(help="base: each sleep trains a fresh LoRA on every cycle's successes so far (STaR); previous: continue the last adapter on this cycle's.")] = "base",
     sleep_epochs: Annotated[float, typer.Option(help="Passes over a sleep's examples (when --sleep-steps is 0).")] = 4.0,
     sleep_steps: Annotated[int, typer.Option(help="Optimizer steps per sleep, batch 8 (the schedule arena bench learning measured; 0: from --sleep-epochs).")] = 40,
@@ -112,6 +114,8 @@ def run(
             cfg = SessionConfig.model_validate({**info.config, "db": db})
             name = resume
         else:
+            if sleep_objective == "none" and cycles > 1:
+                raise ConfigError(f"--cycles {cycles} alternates wakes with sleeps; --sleep-objective none needs --cycles 1")
             rubric = reward != "verifier"
             if rubric and not family and tasks_file is None:
                 from arena.tasks.jsonl import BUILTIN_RUBRIC_TASKS
@@ -131,7 +135,7 @@ def run(
                 include_flagged=include_flagged,
                 curriculum=curriculum, target_pass=target_pass, proposer=proposer, proposals=proposals,
                 proposal_samples=proposal_samples, proposal_agreement=proposal_agreement,
-                concurrency=concurrency, reflect=reflect, cycles=cycles, sleep_objective=sleep_objective, sleep_from=sleep_from,
+                concurrency=concurrency, reflect=reflect, reflect_on=reflect_on, reflections_per_round=reflections_per_round, cycles=cycles, sleep_objective=None if sleep_objective in ("auto", "none") else sleep_objective, sleep_from=sleep_from,
                 sleep_epochs=sleep_epochs, sleep_steps=sleep_steps, sleep_lr=sleep_lr,
                 sleep_min_examples=sleep_min_examples, sleep_min_guided_log_ratio=sleep_min_guided_log_ratio,
                 sleep_kl_coef=sleep_kl_coef,
@@ -149,6 +153,8 @@ def run(
         from arena.session.runner import check_prompt_lengths, make_roles, run_session
 
         check_reward_tasks(cfg.reward, [*splits.train, *splits.heldout])
+        if not resume and sleep_objective == "auto":
+            cfg = cfg.with_auto_sleep(len(splits.train))
         cfg.check_cycle_budget(len(splits.train))
         roles = make_roles(cfg)
         check_prompt_lengths(roles.solver, [*splits.train, *splits.heldout], cfg)
@@ -242,5 +248,8 @@ def print_summary(summary: dict, console: Console) -> None:
     if any(v["step"] != 0 for v in (summary.get("difficulty_final") or {}).values()):
         t.add_row("held-out pass@1 at final difficulty", _fmt_eval(summary.get("heldout_final_difficulty")))
         t.add_row("  … no lessons", _fmt_eval(summary.get("heldout_final_difficulty_no_lessons")))
+    for role, r in (summary.get("role_speed") or {}).items():
+        t.add_row(f"{role} model", f"{r['model']}: {r['completion_tokens']} tokens in {r['seconds']} s busy "
+                  f"({r['tokens_per_s']} tok/s, {r['share_of_wall']:.0%} of wall), {r['calls']} calls")
     t.add_row("wall time", f"{summary.get('wall_time_s')} s")
     console.print(t)

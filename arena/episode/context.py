@@ -45,6 +45,31 @@ class EpisodeSettings:
     exclude_lessons: tuple[str, ...] = ()  # lessons distilled into the solver's adapter: kept out of its prompt
     adapter_id: str | None = None  # readable id of the solver's adapter (recorded on every rollout); None: base model
     reflect: bool = True  # the teacher reflects on each group; False: no lessons are written (weight-only learning)
+    reflect_on: str = "all"  # "all" groups, or only "mixed" ones (successes and failures among the unguided rollouts)
+    reflections_per_round: int = 0  # the teacher's budget: reflections per round, spent in task order; 0: no limit
+
+
+class ReflectionBudget:
+    """Reflections the teacher may still write in the current round (spent in task order, phase 2).
+
+    Args:
+        limit: reflections per round; 0: no limit.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def reset(self, already_used: int = 0) -> None:
+        """A new round starts; ``already_used`` reflections of it were stored before a resume."""
+        self.used = already_used
+
+    def take(self) -> bool:
+        """Spend one reflection; False when the round's budget is spent."""
+        if self.limit and self.used >= self.limit:
+            return False
+        self.used += 1
+        return True
 
 
 @dataclass(frozen=True)
@@ -68,6 +93,7 @@ class EpisodeContext:
     settings: EpisodeSettings
     reward: RewardStrategy
     rubric_store: RubricStore | None = None
+    reflection_budget: ReflectionBudget | None = None  # the round's reflections left (reset by the runner each round)
 
     @classmethod
     def create(
@@ -89,7 +115,7 @@ class EpisodeContext:
             The context to pass to every run of the graph.
         """
         strategy = reward if reward is not None else VerifierReward(roles.critic)
-        return cls(roles, store, tasks, settings, strategy, rubric_store)
+        return cls(roles, store, tasks, settings, strategy, rubric_store, ReflectionBudget(settings.reflections_per_round))
 
     def task(self, task_key: str) -> Task:
         """The task of an episode (``state["task_key"]``).

@@ -222,12 +222,25 @@ def _rollout_views(ctx: EpisodeContext, state: EpisodeState) -> list[RolloutView
     return views
 
 
+def _mixed(ctx: EpisodeContext, state: EpisodeState) -> bool:
+    """Whether the episode's usable rollouts hold both a success and a failure (a guided success of an
+    all-fail group counts: it contrasts with the unguided failures, which is what its hint taught)."""
+    grades = list(state["grades"]) + list(state.get("guided_grades") or [])
+    wins = [passes(g["reward"], ctx.settings.success_threshold) for g in grades if _usable(ctx, g)]
+    return any(wins) and not all(wins)
+
+
 def reflect(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
     """The teacher reflects on the group and proposes lesson ops.
 
     Writes ``reflection`` (a :class:`lessons.ops.Reflection` dump or None), ``reflection_raw``,
     ``reflection_error`` and ``rejected_ops``. Nothing is reflected with ``settings.reflect``
-    off (weight-only learning) or when no graded, unflagged rollout is left.
+    off (weight-only learning), when no graded, unflagged rollout is left, with
+    ``settings.reflect_on == "mixed"`` when every usable rollout, guided ones included, succeeded or
+    every one failed (no contrast to learn from: Training-Free GRPO reflects on groups with reward
+    variance only), or
+    when the round's :class:`arena.episode.context.ReflectionBudget` is spent (phase 2 runs in
+    task order, so which episodes get the budget does not depend on ``--concurrency``).
     """
     ctx = runtime.context
     if not ctx.settings.reflect:
@@ -235,6 +248,10 @@ def reflect(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
     views = _rollout_views(ctx, state)
     if not views:
         return _no_reflection("no graded, unflagged rollout to reflect on")
+    if ctx.settings.reflect_on == "mixed" and not _mixed(ctx, state):
+        return _no_reflection()  # nothing to contrast: not reflected (not a failure)
+    if ctx.reflection_budget is not None and not ctx.reflection_budget.take():
+        return _no_reflection()  # the round's teacher budget is spent
     used, budget = ctx.store.library_tokens_used(), ctx.store.curation_policy.library_tokens
     note = LIBRARY_FULL_NOTE.format(used=used, budget=budget) if used >= LIBRARY_FULL_FRACTION * budget else None
     try:

@@ -1,10 +1,10 @@
-"""One round of a session: every episode sampled up to ``curate`` (bounded concurrency), then curated in task order.
+"""One round of a session: every episode sampled up to ``reflect`` (bounded concurrency), then reflected and curated in task order.
 
-Concurrency: first every episode of the round runs the graph up to ``curate`` (LangGraph
+Concurrency: first every episode of the round runs the graph up to ``reflect`` (LangGraph
 ``interrupt_before``), ``concurrency`` episodes at a time in threads (:func:`run_bounded`) —
 their model calls overlap, so the local backend decodes them in shared batches and an
-OpenAI-compatible endpoint sees concurrent requests. Then the episodes are curated (written to
-the store) one by one in task order. So every episode of a round sees the lesson library as the
+OpenAI-compatible endpoint sees concurrent requests. Then the episodes are reflected on by the
+teacher and curated (written to the store) one by one in task order. So every episode of a round sees the lesson library as the
 previous round left it, and what is stored does not depend on ``--concurrency``: the library is
 updated between rounds, as in batch-wise experience updates (Training-Free GRPO).
 
@@ -23,6 +23,10 @@ from typing import Any
 from arena.tasks.model import Task
 
 CURATE_NODE = "curate"  # the graph node that writes an episode; run in task order after the round's sampling
+# Phase 2 starts here: the teacher's reflection and the write run one episode at a time in task order, so the
+# teacher never competes with the solver's batched sampling for the cores, and a per-round reflection budget is
+# spent in the same order whatever --concurrency is.
+PHASE2_NODE = "reflect"
 
 
 def run_bounded(fn: Callable[[Any], None], items: Sequence[Any], concurrency: int) -> None:
@@ -110,20 +114,20 @@ class RoundBar:
 
 
 def sample_episode(graph: Any, episode: Episode, session_id: int) -> dict[str, Any]:
-    """Run one episode up to curate (phase 1), or continue it from its checkpoint; return its state.
+    """Run one episode up to reflect (phase 1), or continue it from its checkpoint; return its state.
 
-    A resumed episode that already waits for curate runs nothing; one interrupted mid-graph
+    A resumed episode that already waits for reflect or curate runs nothing; one interrupted mid-graph
     continues from its last checkpoint; a new one starts from its inputs.
 
     Returns:
-        The graph state values at the curate interrupt.
+        The graph state values at the phase-1 interrupt (graded, guided if it had to be).
     """
     thread = episode.thread
     snapshot = graph.get_state(thread)
-    if tuple(snapshot.next) == (CURATE_NODE,):  # resumed: this episode already waits for curate
+    if tuple(snapshot.next) in ((PHASE2_NODE,), (CURATE_NODE,)):  # resumed: this episode already waits for phase 2
         pass
     elif snapshot.next:  # interrupted mid-episode: continue from the checkpoint
-        graph.invoke(None, thread, interrupt_before=[CURATE_NODE])
+        graph.invoke(None, thread, interrupt_before=[PHASE2_NODE])
     else:
         graph.invoke(
             {
@@ -135,13 +139,13 @@ def sample_episode(graph: Any, episode: Episode, session_id: int) -> dict[str, A
                 "started_at": datetime.now(timezone.utc).isoformat(),
             },
             thread,
-            interrupt_before=[CURATE_NODE],
+            interrupt_before=[PHASE2_NODE],
         )
     return graph.get_state(thread).values
 
 
 def curate_episode(graph: Any, checkpointer: Any, episode: Episode) -> dict[str, Any]:
-    """Run an episode's curate node (phase 2), then drop its checkpoint thread; return its final state."""
+    """Run an episode's reflect and curate nodes (phase 2), then drop its checkpoint thread; return its final state."""
     thread = episode.thread
     final = graph.invoke(None, thread)
     checkpointer.delete_thread(thread["configurable"]["thread_id"])

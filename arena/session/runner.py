@@ -123,6 +123,28 @@ def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
     )
 
 
+def role_speed(roles: Roles, wall_time_s: float) -> dict[str, dict]:
+    """Tokens/s of each role's model over this process's run, and its share of the wall time.
+
+    Roles that share one model (``local`` solver and teacher) report the same figures. A model
+    without counters (an endpoint) is left out.
+
+    Returns:
+        ``{role: {"model", "calls", "prompt_tokens", "completion_tokens", "seconds", "tokens_per_s",
+        "share_of_wall"}}`` for solver, teacher, critic and proposer where present.
+    """
+    out: dict[str, dict] = {}
+    for role in ("solver", "teacher", "critic", "proposer"):
+        policy = getattr(roles, role, None)
+        stats = getattr(policy, "stats", None)
+        if policy is None or stats is None or not stats.calls:
+            continue
+        row = {"model": policy.name, **stats.as_dict()}
+        row["share_of_wall"] = round(stats.seconds / wall_time_s, 3) if wall_time_s > 0 else None
+        out[role] = row
+    return out
+
+
 def check_prompt_lengths(solver: Policy, tasks: Sequence[Task], cfg: SessionConfig) -> None:
     """Fail before any work when a task cannot fit the solver's context window.
 
@@ -241,6 +263,8 @@ def episode_settings(cfg: SessionConfig, solver: Solver) -> EpisodeSettings:
         exclude_lessons=solver.exclude,
         adapter_id=solver.adapter_id,
         reflect=cfg.reflect,
+        reflect_on=cfg.reflect_on,
+        reflections_per_round=cfg.reflections_per_round,
     )
 
 
@@ -422,6 +446,8 @@ class SessionRun:
             episodes.append(Episode(key, t, rnd, episode_seed(cfg.seed, key), thread))
         bar.skip(sum(ep.key in self.finished for ep in episodes))
         todo = [ep for ep in episodes if ep.key not in self.finished]
+        if graph.context.reflection_budget is not None:  # a resumed round already spent what its stored episodes used
+            graph.context.reflection_budget.reset(self.store.reflected_episodes(self.session_id, rnd))
         run_round(graph, self.checkpointer, todo, self.session_id, cfg.concurrency, bar.sampled,
                   lambda ep, final: self.curated(ep, final, round_tasks))
         self.curriculum.end_round(rnd)  # band decision per family, then proposals
@@ -493,6 +519,7 @@ class SessionRun:
         if self.cfg.online_rubrics:
             summary["online_rubric_updates"] = online_rubrics_summary(self.online_log)
         summary["wall_time_s"] = round(time.perf_counter() - t_start, 1)
+        summary["role_speed"] = role_speed(self.roles, summary["wall_time_s"])
         self.store.set_session_status(self.session_id, "finished", summary)
         return summary
 
@@ -568,7 +595,11 @@ def adapter_label(store: LessonStore, adapter: str | None) -> str | None:
 
 
 def swap_solver(old: Any, new: Any, roles: Roles) -> Any:
-    """Make ``new`` the solver; close ``old``'s model unless another role shares it (its decoder thread holds it)."""
+    """Make ``new`` the solver; close ``old``'s model unless another role shares it (its decoder thread holds it).
+
+    The solver's counters (``stats``, tokens/s in the summary) carry over to the new model."""
+    if getattr(old.policy, "stats", None) is not None and hasattr(new.policy, "stats") and old.policy is not new.policy:
+        new.policy.stats = old.policy.stats
     if old.policy is not new.policy and all(old.policy is not p for p in (roles.teacher, roles.critic, roles.proposer)):
         close = getattr(old.policy, "close", None)
         if close is not None:

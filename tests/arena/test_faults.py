@@ -30,7 +30,8 @@ def session(tmp_path):
     store = LessonStore(str(tmp_path / "arena.db"))
     splits = load_tasks([], write_tasks(tmp_path / "adding.jsonl"), n_train=2, n_heldout=2, seed=1)
     cfg = SessionConfig(db=str(tmp_path / "arena.db"), families=[], tasks_file=tmp_path / "adding.jsonl",
-                        train_tasks=2, heldout_tasks=2, rounds=1, rollouts=2, utility_every=0, max_tokens=96)
+                        train_tasks=2, heldout_tasks=2, rounds=1, rollouts=2, utility_every=0, max_tokens=96,
+                        reflect_on="all")  # every group reaches the teacher: its requests are what is checked
 
     def run(server, name="s", checkpointer=None, **kw):
         kw = {"timeout_s": 5, "max_retries": 0, "rate_limit_retries": 1, **kw}

@@ -129,7 +129,7 @@ class Crash(Exception):
 
 def test_resume_continues_mid_episode_without_duplicates(setup, tmp_path):
     store, splits, cfg = setup
-    cfg = cfg.model_copy(update={"rounds": 1, "concurrency": 1})  # one episode at a time: the crash stops episode 3
+    cfg = cfg.model_copy(update={"rounds": 1, "concurrency": 1})
     solver = FakePolicy(solver_responder, "solver")
     calls = {"n": 0}
 
@@ -143,16 +143,16 @@ def test_resume_continues_mid_episode_without_duplicates(setup, tmp_path):
     with pytest.raises(Crash):
         run_session(cfg, store, Roles(solver, FakePolicy(flaky_teacher)), splits, "s4", checkpointer=SqliteSaver(conn))
     assert store.get_session("s4").status == "failed"
-    # episodes are curated (written) in task order after the whole round sampled: none is written yet,
-    # episode 1 waits at curate in its checkpoint
-    assert len(store.finished_episode_keys(store.get_session("s4").id)) == 0
+    # the whole round is sampled first (phase 1, no teacher call); then reflect + curate run in task order
+    # (phase 2): episode 1 is written, episode 2's reflection died, episodes 2 and 3 wait at reflect
+    assert len(store.finished_episode_keys(store.get_session("s4").id)) == 1
     groups_sampled = sum(1 for _, n in solver.calls if n == 4)
-    assert groups_sampled == 2
+    assert groups_sampled == 3
 
     summary = run_session(cfg, store, Roles(solver, FakePolicy(flaky_teacher)), splits, "s4", resume=True,
                           checkpointer=SqliteSaver(conn))
     assert summary["episodes"] == 3 and summary["rollouts"] == 12
-    # the interrupted episode resumed after `grade`: its group was not sampled again
+    # the interrupted episodes resumed at `reflect`: no group was sampled again
     assert sum(1 for _, n in solver.calls if n == 4) == 3
     assert store.get_session("s4").status == "finished"
     conn.close()
@@ -231,7 +231,7 @@ def test_where_the_reference_answer_goes_on_the_hint_path(setup):
     from lessons.text import contains_token
 
     store, splits, cfg = setup
-    cfg = cfg.model_copy(update={"rounds": 1})
+    cfg = cfg.model_copy(update={"rounds": 1, "reflect_on": "all"})  # all-fail groups reach the teacher too
 
     def always_wrong(messages, i):
         a, b = map(int, re.findall(r"\d+", messages[-1]["content"].split("\n")[0]))
@@ -260,3 +260,53 @@ def test_where_the_reference_answer_goes_on_the_hint_path(setup):
         text = msgs[-1]["content"]
         question = next(q for q in answers if q in text)
         assert "[reference answer withheld]" in text and not contains_token(text, answers[question])
+
+
+# --------------------------------------------------------------------------- the teacher's budget (issue 31)
+
+
+def mixed_or_not(messages, i):
+    """Tasks whose first term is even: a mixed group (2 right, 2 wrong); odd: all right."""
+    a, b = map(int, re.findall(r"\d+", messages[-1]["content"]))
+    return f"<answer>{a + b if (a % 2 or i < 2) else a + b + 1}</answer>"
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_the_round_budget_is_spent_in_task_order_whatever_the_concurrency(setup, concurrency):
+    store, splits, cfg = setup
+    teacher = FakePolicy(teacher_responder, "teacher")
+    cfg = cfg.model_copy(update={"rounds": 1, "concurrency": concurrency, "reflections_per_round": 1})
+    run_session(cfg, store, Roles(FakePolicy(solver_responder), teacher), splits, "b", checkpointer=InMemorySaver())
+    assert len(teacher.calls) == 1  # every group is mixed (2 right, 2 wrong); the budget allows one
+    assert splits.train[0].question in teacher.calls[0][0][-1]["content"]  # the first task in task order
+    assert store.reflected_episodes(store.get_session("b").id, 1) == 1
+
+
+def test_the_teacher_reflects_on_mixed_groups_only(setup):
+    store, splits, cfg = setup
+    teacher = FakePolicy(teacher_responder, "teacher")
+    cfg = cfg.model_copy(update={"rounds": 1, "reflect_on": "mixed", "reflections_per_round": 0})
+    summary = run_session(cfg, store, Roles(FakePolicy(mixed_or_not), teacher), splits, "m", checkpointer=InMemorySaver())
+    mixed = [t for t in splits.train if int(re.findall(r"\d+", t.question)[0]) % 2 == 0]
+    assert len(teacher.calls) == len(mixed)
+    asked = [c[0][-1]["content"] for c in teacher.calls]
+    assert all(any(t.question in a for a in asked) for t in mixed)
+    assert summary["reflections_failed"] == 0  # a group not reflected on is not a failed reflection
+
+
+def test_reflect_on_all_without_a_budget_reflects_on_every_group(setup):
+    store, splits, cfg = setup
+    teacher = FakePolicy(teacher_responder, "teacher")
+    cfg = cfg.model_copy(update={"rounds": 1, "reflect_on": "all", "reflections_per_round": 0})
+    run_session(cfg, store, Roles(FakePolicy(mixed_or_not), teacher), splits, "c", checkpointer=InMemorySaver())
+    assert len(teacher.calls) == len(splits.train)
+
+
+def test_auto_sleep_needs_a_local_solver_a_verifier_and_a_wake_large_enough(tmp_path):
+    from arena.config import AUTO_SLEEP_MIN_EPISODES, DEFAULT_SLEEP_OBJECTIVE
+
+    cfg = SessionConfig(db=str(tmp_path / "a.db"), rounds=1)
+    assert cfg.with_auto_sleep(AUTO_SLEEP_MIN_EPISODES).sleep == DEFAULT_SLEEP_OBJECTIVE
+    assert cfg.with_auto_sleep(AUTO_SLEEP_MIN_EPISODES - 1).sleep is None  # too few episodes to learn from
+    assert cfg.model_copy(update={"solver": "openai:m"}).with_auto_sleep(64).sleep is None
+    assert cfg.model_copy(update={"sleep_objective": "sft"}).with_auto_sleep(64).sleep == "sft"  # explicit wins

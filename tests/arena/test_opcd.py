@@ -272,7 +272,8 @@ def test_a_rubric_session_sleeps_with_opcd_and_judges_every_evaluation(tmp_path,
     path = write_tasks(tmp_path / "sky.jsonl")
     cfg = SessionConfig(db=str(tmp_path / "arena.db"), families=[], tasks_file=path, train_tasks=2, heldout_tasks=2,
                         rounds=2, rollouts=4, reward="rubric-explicit", critic="local", success_threshold=0.8,
-                        sleep_objective="opcd", sleep_steps=1, sleep_min_examples=1, max_tokens=8, utility_every=0)
+                        sleep_objective="opcd", sleep_steps=1, sleep_min_examples=1, max_tokens=8, utility_every=0,
+                        reflect_on="all")  # every group is reflected on: the lessons opcd distils come from them
     splits = load_tasks([], path, n_train=2, n_heldout=2, seed=1)
     with LessonStore(cfg.db) as store:
         summary = run_session(cfg, store, roles(), splits, "rubric-opcd", checkpointer=InMemorySaver(), base_model=tiny)

@@ -1,0 +1,125 @@
+"""The teacher's prompts and screens on replies recorded from the embedded 1.5B teacher (issue 31).
+
+The replies below were sampled from Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, llama.cpp, JSON-schema
+grammar) on groups of the default family during `arena run`; each must be screened as a
+post-training researcher would: a lesson that states the task's answer or copies its numbers never
+reaches the library, a plausible general lesson does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.parsing import MAX_JSON_DEPTH, ParseError, extract_json_object, parse_model, sample_and_parse
+from agents.policy import Completion
+from agents.roles.teacher import (
+    EXAMPLE_REPLY,
+    TEACHER_SYSTEM,
+    RolloutView,
+    reflect,
+    reflection_schema,
+    teacher_messages,
+)
+from lessons.ops import Reflection
+
+Q_SUB = "State the final answer to the following arithmetic problem: 15 - 43 ="
+Q_ADD = "State the final answer to the following arithmetic problem: 1 + 5 ="
+
+# (question, reference answer, recorded reply, texts that must be kept, reason fragments of rejections)
+RECORDED = [
+    (Q_SUB, "-28",
+     '{"analysis": "The student made a common mistake of adding 15 and 43 instead of subtracting them.", "add": [{"text": '
+     '"Always subtract the smaller number from the larger number to get the correct answer.", "scope": "chain_sum"}]}',
+     ["Always subtract the smaller number from the larger number to get the correct answer."], []),
+    (Q_SUB, "-28",
+     '{"analysis": "The student added instead of subtracting.", "add": [{"text": "To avoid this mistake, always add the '
+     'numbers when subtracting. For example, 15 - 43 = 15 + (-43) = -28.", "scope": "chain_sum"}]}',
+     [], ["contains the reference answer"]),
+    (Q_ADD, "6",
+     '{"analysis": "The student failed to add 1 and 5 correctly.", "add": [{"text": "To add two numbers, you simply place '
+     'them side by side and add the digits from left to right, starting with the units place. For example, 1 + 5 = 6.", '
+     '"scope": "chain_sum"}]}',
+     [], ["contains the reference answer"]),
+    (Q_SUB, "-28",
+     '{"analysis": "x", "add": [{"text": "string palindromes: 15 + 15 = 20 - The last line is an error", "scope": "chain_sum"}]}',
+     [], ["task-specific numbers"]),
+]
+
+
+class Replay:
+    """A policy that replays recorded replies and remembers what it was asked."""
+
+    name = "replay"
+    supports_json_schema = True
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = list(replies)
+        self.calls: list[dict] = []
+
+    def sample(self, messages, n=1, temperature=0.7, max_tokens=256, stop=None, seed=None, prefill="", json_schema=None):
+        self.calls.append({"messages": list(messages), "prefill": prefill, "json_schema": json_schema})
+        return [Completion(self.replies.pop(0))]
+
+
+@pytest.mark.parametrize("question, answer, reply, kept, reasons", RECORDED)
+def test_recorded_teacher_replies_are_screened(question, answer, reply, kept, reasons) -> None:
+    group = [RolloutView("wrong <answer>0</answer>", 0.0, "answer '0' is incorrect"),
+             RolloutView("right", 1.0, "answer is correct")]
+    out = reflect(Replay([reply]), "chain_sum", question, group, [], reference_answer=answer)
+    assert out.error is None
+    assert [a.text for a in out.reflection.add] == kept
+    for fragment in reasons:
+        assert any(fragment in r for r in out.rejected), out.rejected
+
+
+def test_a_schema_teacher_gets_the_schema_and_no_worked_example() -> None:
+    shown = [("chain_sum-00002", "Check the sign of the result.")]
+    policy = Replay(['{"analysis": "a", "add": [], "tags": [{"lesson_id": "chain_sum-00002", "tag": "helpful"}]}'])
+    out = reflect(policy, "chain_sum", Q_SUB, [RolloutView("r", 1.0, "ok"), RolloutView("w", 0.0, "no")], shown)
+    call = policy.calls[0]
+    assert call["json_schema"] == reflection_schema(["chain_sum-00002"], "chain_sum")
+    assert call["prefill"] == ""  # the grammar starts at the reply's first character
+    assert [m["role"] for m in call["messages"]] == ["system", "user"]
+    assert json.dumps(EXAMPLE_REPLY) not in json.dumps(call["messages"])
+    assert [t.tag for t in out.reflection.tags] == ["helpful"]
+
+
+def test_a_teacher_without_a_grammar_keeps_the_worked_example() -> None:
+    msgs = teacher_messages("chain_sum", Q_SUB, [RolloutView("r", 1.0, "ok")], [])
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"] and msgs[0]["content"] == TEACHER_SYSTEM
+
+
+def test_the_reflection_schema_allows_only_shown_ids_and_two_adds() -> None:
+    s = reflection_schema(["a-1", "a-2"], "chain_sum")
+    assert list(s["properties"])[:2] == ["analysis", "add"]  # reasoning before lessons
+    assert s["properties"]["add"]["maxItems"] == 2
+    assert s["properties"]["add"]["items"]["properties"]["scope"]["enum"] == ["chain_sum", "global"]
+    assert s["properties"]["tags"]["items"]["properties"]["lesson_id"]["enum"] == ["a-1", "a-2"]
+    assert "merge" in s["properties"]
+    bare = reflection_schema([], "chain_sum")
+    assert set(bare["properties"]) == {"analysis", "add"} and bare["required"] == ["analysis", "add"]
+
+
+def test_case_004_a_deeply_nested_reply_is_a_parse_error_not_a_recursion_error() -> None:
+    """CASE-004: 1,200 levels of nesting cost the one reflection (a ParseError), never the session."""
+    deep = '{"a": ' + "[" * 1200 + "]" * 1200 + "}"
+    with pytest.raises(ParseError, match="nested 1201 levels deep"):
+        extract_json_object(deep)
+    with pytest.raises(ParseError):
+        parse_model(deep, Reflection)
+    truncated = '{"a": ' + "[" * 5000  # unclosed: the repair path must be bounded too
+    with pytest.raises(ParseError):
+        extract_json_object(truncated)
+    ok = '{"a": ' + "[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1) + "}"
+    assert "a" in extract_json_object(ok)
+    # brackets inside strings do not count
+    assert extract_json_object('{"analysis": "' + "[" * 2000 + '", "add": []}')["add"] == []
+
+
+def test_case_004_a_nested_reply_costs_one_reflection_and_is_retried() -> None:
+    deep = '{"add": ' + "[" * 1200 + "]" * 1200 + "}"
+    policy = Replay([deep, '{"analysis": "fine", "add": [{"text": "Keep the sign of the larger number.", "scope": "chain_sum"}]}'])
+    out = sample_and_parse(policy, [{"role": "user", "content": "x"}], Reflection, "error: {error}", 0.3, 64, 0)
+    assert out.value is not None and out.attempts == 2 and "nested" in policy.calls[1]["messages"][-1]["content"]
