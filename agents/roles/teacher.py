@@ -25,7 +25,7 @@ TEACHER_SYSTEM = """You are a teacher. A student attempted one task several time
 The rewards come from a verifier: trust them and do not solve the task yourself.
 First, in "analysis", say in one sentence what the correct attempts did that the wrong ones did not (if all failed: the most common mistake).
 Then write at most 2 GENERAL lessons that would prevent that mistake on OTHER tasks of the same kind.
-A lesson is one short imperative sentence of advice about the method. Never include numbers or answers from this particular task, and do not repeat a lesson the student was already shown.
+A lesson is one short imperative sentence of advice about the method, for any task of this kind: it never mentions this task ("in this case", "this problem"), its numbers or its answer, and it does not repeat a lesson the student was already shown.
 Also tag each lesson that was shown to the student as helpful, harmful or neutral.
 Reply with ONE JSON object and nothing else:
 {"analysis": "<one sentence>", "add": [{"text": "<lesson>", "scope": "<task family or global>"}], "tags": [{"lesson_id": "<id>", "tag": "helpful|harmful|neutral"}]}
@@ -40,10 +40,15 @@ LIBRARY_FULL_NOTE = (
 # Shown on the retry: the validation error of the first reply.
 TEACHER_RETRY = "Your reply could not be used: {error}. Reply again with ONLY the JSON object described above."
 
+# Shown once when every op of a valid reply was screened out: why, and what a lesson must be instead.
+TEACHER_SCREEN_RETRY = ("None of your lessons could be kept: {reasons}. Write them again as general advice for any task "
+                        "of this kind, without this task's numbers or answer. Reply with ONLY the JSON object.")
+
 # The local model is steered into the schema by starting its reply (prefill).
 TEACHER_PREFILL = '{"analysis": "'
 
 MAX_ADDS = 2  # lessons a single reflection may add
+ATTEMPT_CHARS = 220  # characters of each attempt shown to the teacher (the 135M solver's replies are ~60 tokens)
 
 # One worked example (a few-shot pair) so small teachers follow the format. Its lessons are
 # never accepted verbatim from a reply: a copy of the example is not a lesson learned.
@@ -85,10 +90,12 @@ def reflection_schema(lesson_ids: Sequence[str], family: str) -> dict:
         A JSON-schema dict (draft 2020-12 subset that llama.cpp's converter reads).
     """
     text = {"type": "string", "minLength": 12, "maxLength": 220}
+    # a lesson's text holds no digit (no number of this or any task), line break, quote or escape
+    lesson = {"type": "string", "pattern": "^[^0-9\\n\"\\\\]{12,220}$"}
     props: dict = {
         "analysis": {"type": "string", "maxLength": 400},
         "add": {"type": "array", "maxItems": MAX_ADDS, "items": {
-            "type": "object", "properties": {"text": text, "scope": {"enum": [family, "global"]}},
+            "type": "object", "properties": {"text": lesson, "scope": {"enum": [family, "global"]}},
             "required": ["text", "scope"], "additionalProperties": False}},
     }
     required = ["analysis", "add"]
@@ -98,7 +105,7 @@ def reflection_schema(lesson_ids: Sequence[str], family: str) -> dict:
             "type": "object", "properties": {"lesson_id": ids, "tag": {"enum": ["helpful", "harmful", "neutral"]}},
             "required": ["lesson_id", "tag"], "additionalProperties": False}}
         props["edit"] = {"type": "array", "maxItems": 1, "items": {
-            "type": "object", "properties": {"lesson_id": ids, "text": text},
+            "type": "object", "properties": {"lesson_id": ids, "text": lesson},
             "required": ["lesson_id", "text"], "additionalProperties": False}}
         props["retire"] = {"type": "array", "maxItems": 1, "items": {
             "type": "object", "properties": {"lesson_id": ids, "why": {"type": "string", "minLength": 3, "maxLength": 160}},
@@ -107,7 +114,7 @@ def reflection_schema(lesson_ids: Sequence[str], family: str) -> dict:
         if len(ids["enum"]) >= 2:
             props["merge"] = {"type": "array", "maxItems": 1, "items": {
                 "type": "object", "properties": {"lesson_ids": {"type": "array", "items": ids, "minItems": 2, "maxItems": 3},
-                                                 "text": text},
+                                                 "text": lesson},
                 "required": ["lesson_ids", "text"], "additionalProperties": False}}
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
@@ -149,23 +156,33 @@ def reflect_messages(
     """The teacher's view of one group: the task, every rollout with reward and critique, the lessons shown.
 
     Guided rollouts (sampled with ``hint``) are listed after the hint, so the teacher can ask
-    what the hint taught that a general lesson could keep.
+    what the hint taught that a general lesson could keep. Identical attempts (same text, reward
+    and critique) are listed once with their count, and each is clipped to
+    :data:`ATTEMPT_CHARS`: the prompt is what the teacher's time goes to on a CPU.
     """
     lines = [f"Task family: {family}", f"Task: {_clip(question, 600)}", "Attempts:"]
 
-    def attempt(i: int, r: RolloutView) -> str:
-        line = f"{i}. reward {r.reward:g} | {json.dumps(_clip(r.completion, 300))} | critique: {r.critique}"
-        if r.failed_criteria is not None:
-            line += f" | failed criteria: {'; '.join(r.failed_criteria) if r.failed_criteria else 'none'}"
-        return line
+    def attempts(views: Sequence[RolloutView], start: int) -> list[str]:
+        counts: dict[tuple, int] = {}
+        for r in views:
+            key = (_clip(r.completion, ATTEMPT_CHARS), r.reward, r.critique, tuple(r.failed_criteria or ()) if r.failed_criteria is not None else None)
+            counts[key] = counts.get(key, 0) + 1
+        out = []
+        for i, ((text, reward, critique, failed), n) in enumerate(counts.items(), start):
+            line = f"{i}. reward {reward:g}{f' (x{n})' if n > 1 else ''} | {json.dumps(text)} | critique: {critique}"
+            if failed is not None:
+                line += f" | failed criteria: {'; '.join(failed) if failed else 'none'}"
+            out.append(line)
+        return out
 
     unguided = [r for r in rollouts if not r.guided]
     guided = [r for r in rollouts if r.guided]
-    lines += [attempt(i, r) for i, r in enumerate(unguided, 1)]
+    shown = attempts(unguided, 1)
+    lines += shown
     if guided:
         lines.append(f"All attempts failed, so the student tried again with this hint: {json.dumps(_clip(hint or '', 400))}")
         lines.append("Guided attempts (what did the hint teach that a general lesson could keep?):")
-        lines += [attempt(i, r) for i, r in enumerate(guided, len(unguided) + 1)]
+        lines += attempts(guided, len(shown) + 1)
     if lessons_shown:
         lines.append("Lessons shown to the student:")
         lines += [f"- {lid}: {json.dumps(text)}" for lid, text in lessons_shown]
@@ -219,8 +236,9 @@ def screen_reflection(
     """Keep only the ops that are safe to apply; return the screened reflection and the reasons for rejections.
 
     Rules: at most :data:`MAX_ADDS` adds; an added lesson must not contain the reference
-    answer or any number that appears in the task (lessons are general, and the reference
-    answer never reaches a lesson), must not state a specific result ("the answer is 24"),
+    answer, any number that appears in the task or any number of two or more digits (lessons
+    are general, and the reference answer never reaches a lesson; the 1.5B teacher cites numbers of
+    tasks it imagines), must not state a specific result ("the answer is 24"),
     echo the reply template, repeat itself, or copy the worked example; its scope is the
     task's family or ``global``. EDIT and MERGE texts pass the same checks; tags, EDIT,
     MERGE and RETIRE must name lessons that were in context (one tag per lesson, first wins).
@@ -237,6 +255,9 @@ def screen_reflection(
             return "contains the reference answer"
         if leaked:
             return f"task-specific numbers {sorted(leaked)}"
+        specific = sorted(n for n in _numbers(text) if len(n.lstrip("-").split(".")[0]) >= 2)
+        if specific:  # a general lesson needs no multi-digit number; one here comes from some task (this or another)
+            return f"specific numbers {specific}"
         if _STATES_RESULT.search(text):
             return "states a specific result"
         if _TEMPLATE_ECHO.search(text):
@@ -316,7 +337,9 @@ def reflect(
 
     Returns:
         A :class:`ReflectResult`. A reply that stays invalid after one retry gives
-        ``reflection=None`` and the error; this function does not raise on bad model output.
+        ``reflection=None`` and the error. A valid reply whose every op the screen rejects is
+        asked for once more with the reasons shown (:data:`TEACHER_SCREEN_RETRY`); ``rejected``
+        lists the rejections of both. This function does not raise on bad model output.
     """
     constrained = bool(getattr(teacher, "supports_json_schema", False))
     base = teacher_messages(family, question, rollouts, lessons_shown, hint, library_note, worked_example=not constrained)
@@ -326,7 +349,26 @@ def reflect(
     )
     if outcome.value is None:
         return ReflectResult(None, outcome.raw, outcome.error)
-    screened, rejected = screen_reflection(
-        outcome.value, family, question, reference_answer, [lid for lid, _ in lessons_shown]
-    )
-    return ReflectResult(screened, outcome.raw, None, rejected)
+    shown_ids = [lid for lid, _ in lessons_shown]
+    screened, rejected = screen_reflection(outcome.value, family, question, reference_answer, shown_ids)
+    raw = list(outcome.raw)
+    if rejected and not _has_ops(screened) and outcome.attempts < 2:
+        # every op was screened out: one more try with the reasons shown (the 1.5B teacher often writes a
+        # worked example of this task instead of a lesson; told so, it generalises)
+        again = base + [{"role": "assistant", "content": raw[-1]},
+                        {"role": "user", "content": TEACHER_SCREEN_RETRY.format(reasons="; ".join(r.split(":")[0] for r in rejected))}]
+        second = sample_and_parse(teacher, again, Reflection, TEACHER_RETRY, temperature,
+                                  max_tokens, None if seed is None else seed + 7, prefill=TEACHER_PREFILL, retries=0,
+                                  json_schema=reflection_schema(shown_ids, family))
+        raw += second.raw
+        if second.value is not None:
+            screened2, rejected2 = screen_reflection(second.value, family, question, reference_answer, shown_ids)
+            if _has_ops(screened2):
+                return ReflectResult(screened2, raw, None, rejected + rejected2)
+            rejected += rejected2
+    return ReflectResult(screened, raw, None, rejected)
+
+
+def _has_ops(r: Reflection) -> bool:
+    """Whether a screened reflection still does something (an op or a tag)."""
+    return bool(r.add or r.edit or r.merge or r.retire or r.tags)

@@ -67,11 +67,34 @@ class Replay:
 def test_recorded_teacher_replies_are_screened(question, answer, reply, kept, reasons) -> None:
     group = [RolloutView("wrong <answer>0</answer>", 0.0, "answer '0' is incorrect"),
              RolloutView("right", 1.0, "answer is correct")]
-    out = reflect(Replay([reply]), "chain_sum", question, group, [], reference_answer=answer)
+    policy = Replay([reply, reply])  # a reply screened empty is asked for once more: the same again here
+    out = reflect(policy, "chain_sum", question, group, [], reference_answer=answer)
     assert out.error is None
+    assert len(policy.calls) == (1 if kept else 2)
     assert [a.text for a in out.reflection.add] == kept
     for fragment in reasons:
         assert any(fragment in r for r in out.rejected), out.rejected
+
+
+def test_a_reply_screened_empty_is_retried_once_with_the_reasons() -> None:
+    first = RECORDED[1][2]  # "... For example, 15 - 43 = 15 + (-43) = -28." (the reference answer)
+    second = '{"analysis": "a", "add": [{"text": "When the second number is larger, subtract and keep a minus sign.", "scope": "chain_sum"}]}'
+    policy = Replay([first, second])
+    group = [RolloutView("w", 0.0, "no"), RolloutView("r", 1.0, "ok")]
+    out = reflect(policy, "chain_sum", Q_SUB, group, [], reference_answer="-28")
+    assert [a.text for a in out.reflection.add] == ["When the second number is larger, subtract and keep a minus sign."]
+    assert "contains the reference answer" in policy.calls[1]["messages"][-1]["content"]
+    assert policy.calls[1]["messages"][-2] == {"role": "assistant", "content": first}
+    assert len(out.raw) == 2 and any("reference answer" in r for r in out.rejected)
+
+
+def test_a_lesson_text_may_hold_no_digit_by_grammar() -> None:
+    import re
+
+    pattern = reflection_schema([], "chain_sum")["properties"]["add"]["items"]["properties"]["text"]["pattern"]
+    assert re.fullmatch(pattern, "Keep the minus sign when the second number is larger.")
+    assert not re.fullmatch(pattern, "Subtract 30 from 37.")
+    assert not re.fullmatch(pattern, "Too short")
 
 
 def test_a_schema_teacher_gets_the_schema_and_no_worked_example() -> None:
@@ -123,3 +146,12 @@ def test_case_004_a_nested_reply_costs_one_reflection_and_is_retried() -> None:
     policy = Replay([deep, '{"analysis": "fine", "add": [{"text": "Keep the sign of the larger number.", "scope": "chain_sum"}]}'])
     out = sample_and_parse(policy, [{"role": "user", "content": "x"}], Reflection, "error: {error}", 0.3, 64, 0)
     assert out.value is not None and out.attempts == 2 and "nested" in policy.calls[1]["messages"][-1]["content"]
+
+
+def test_a_lesson_citing_numbers_of_another_task_is_rejected() -> None:
+    # recorded from the 1.5B teacher on a task with other numbers: a worked example, not a lesson
+    reply = '{"analysis": "a", "add": [{"text": "To solve this problem, you should subtract 30 from 37 to get the correct answer.", "scope": "chain_sum"}, {"text": "Carry a one when a column adds up to more than 9.", "scope": "chain_sum"}]}'
+    out = reflect(Replay([reply]), "chain_sum", Q_ADD, [RolloutView("r", 1.0, "ok"), RolloutView("w", 0.0, "no")], [],
+                  reference_answer="6")
+    assert [a.text for a in out.reflection.add] == ["Carry a one when a column adds up to more than 9."]
+    assert any("specific numbers ['30', '37']" in r for r in out.rejected)

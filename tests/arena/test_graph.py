@@ -112,8 +112,9 @@ def test_lesson_leaking_the_reference_answer_is_rejected(setup):
     store, splits, cfg = setup
     cfg = cfg.model_copy(update={"rounds": 1})
 
-    def leaky(messages, i):
-        a, b = map(int, re.findall(r"\d+", messages[-1]["content"].split("Attempts:")[0]))
+    def leaky(messages, i):  # asked again once with the rejection shown, it leaks again
+        group = next(m["content"] for m in messages if m["role"] == "user" and "Attempts:" in m["content"])
+        a, b = map(int, re.findall(r"\d+", group.split("Attempts:")[0]))
         return json.dumps({"add": [{"text": f"Remember {a + b} when adding these two."}]})
 
     summary = run_session(cfg, store, Roles(FakePolicy(solver_responder), FakePolicy(leaky)), splits, "s3",

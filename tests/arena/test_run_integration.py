@@ -125,3 +125,33 @@ def test_an_interrupted_run_exits_with_its_code_not_an_abort(tmp_path, parent):
     assert err.strip().splitlines()[-1] == f"arena: error: interrupted; continue with: arena run --db {db} --resume cut"
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT status FROM sessions WHERE name = 'cut'").fetchone() == ("interrupted",)
+
+
+def test_arena_run_with_the_embedded_teacher_end_to_end(tmp_path):
+    """The default teacher, assembled from its part wheels and run in llama.cpp, reflects on real groups of the 135M
+    solver: its replies parse (grammar-constrained), lessons pass the screen or are rejected with a reason, and
+    its speed is in the summary."""
+    from agents.backends.teacher_files import EMBEDDED_TEACHER, TeacherFilesError, part_paths
+
+    try:
+        part_paths()
+    except TeacherFilesError as e:
+        pytest.skip(f"embedded teacher not installed: {e}")
+    db = str(tmp_path / "arena.db")
+    args = ["run", "--db", db, "--family", FAMILY, "--train-tasks", "2", "--heldout-tasks", "4", "--rounds", "1",
+            "--rollouts", "4", "--max-tokens", "32", "--seed", "5", "--reflect-on", "all", "--session", "t", "--json"]
+    proc = subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["cycles"][0]["adapter_id"] is None  # 2 episodes: too few for the automatic sleep
+    teacher = summary["role_speed"]["teacher"]
+    assert teacher["model"] == EMBEDDED_TEACHER and teacher["calls"] >= 2 and teacher["tokens_per_s"] > 0
+    assert summary["role_speed"]["solver"]["model"].startswith("local:")
+    engine = create_engine(parse_url(db))
+    with Session(engine) as s:
+        reflections = [r for r in s.execute(select(EpisodeRow.reflection)).scalars() if r is not None]
+    engine.dispose()
+    assert len(reflections) == 2
+    for r in reflections:  # the grammar makes every reply an object of the schema's shape
+        first = json.loads(r["raw"].split("\n---\n")[0], strict=False)
+        assert set(first) <= {"analysis", "add", "tags", "edit", "merge", "retire"} and "analysis" in first
