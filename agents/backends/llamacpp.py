@@ -49,8 +49,8 @@ class LlamaCppPolicy:
     Args:
         path: the GGUF file.
         name: the policy's name in stored rows (default ``llamacpp:<file name>``).
-        n_ctx: context window, tokens; a prompt plus ``max_tokens`` beyond it is cut from the prompt's
-            start (the system prompt is kept) or refused.
+        n_ctx: context window, tokens; a reply is capped at what the prompt leaves of it, and a
+            prompt that leaves fewer than 16 tokens is refused (:class:`EndpointFault`, kind ``oversized``).
         n_threads: llama.cpp threads (default :func:`default_threads`).
 
     The model loads lazily on first use (:meth:`load`). Thread-safe: calls take turns on one context.

@@ -70,6 +70,9 @@ EXAMPLE_REPLY = {
 
 # Replies that echo the format instead of filling it, or state a specific result.
 _TEMPLATE_ECHO = re.compile(r"<\s*(lesson(_id)?|id|one sentence|task family[^>]*)\s*>|helpful\|harmful", re.I)
+# An operator with no operand beside it ("the answer to + is ."): a worked example whose numbers the grammar kept out.
+_HOLLOW_EXAMPLE = re.compile(r"\b(?:to|of|is|from|and|equals)\s+[-+*/=×÷](?:\s|$)|[-+*/=×÷]\s+(?:is|equals|[.,;:])"
+                             r"|\w\s+[.,;:](?:\s|$)|\b(?:from|to|of|and|by)\s{2,}\w", re.I)
 _STATES_RESULT = re.compile(r"\b(answer|result|sum|total|difference)\b[^.;:!?]{0,60}?(\bis|\bwas|\bequals|=)\s*-?\d", re.I)
 
 
@@ -260,6 +263,8 @@ def screen_reflection(
             return f"specific numbers {specific}"
         if _STATES_RESULT.search(text):
             return "states a specific result"
+        if _HOLLOW_EXAMPLE.search(text):
+            return "a worked example without its numbers"
         if _TEMPLATE_ECHO.search(text):
             return "echoes the reply template"
         if len(sentences) != len(set(sentences)):

@@ -71,7 +71,7 @@ def run(
     concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 8,
     reflect: Annotated[bool, typer.Option("--reflect/--no-reflect", help="Teacher reflection on every group (lessons); --no-reflect: weight-only learning.")] = True,
     reflect_on: Annotated[str, typer.Option(help="Groups the teacher reflects on: mixed (successes and failures: a contrast to learn from) or all.")] = "mixed",
-    reflections_per_round: Annotated[int, typer.Option(help="The teacher's budget: reflections per round, spent in task order; 0: no limit.")] = 6,
+    reflections_per_round: Annotated[int, typer.Option(help="The teacher's budget: reflections per round, spent in task order; 0: no limit.")] = 4,
     cycles: Annotated[int, typer.Option(help="Wake–sleep cycles: --rounds rounds of episodes, then a sleep (distillation into a LoRA the next cycle samples with).")] = 1,
     sleep_objective: Annotated[str, typer.Option(help="arena distill objective of each sleep: distill, sft, guided-unweighted, grpo, guide-grpo or opcd; none: no sleep; auto: distill where a sleep can run (local solver, verifier reward, a wake of at least --sleep-min-examples rollouts), else none.")] = "auto",
     sleep_from: Annotated[str, typer.Option(help="base: each sleep trains a fresh LoRA on every cycle's successes so far (STaR); previous: continue the last adapter on this cycle's.")] = "base",

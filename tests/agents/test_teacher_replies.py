@@ -155,3 +155,14 @@ def test_a_lesson_citing_numbers_of_another_task_is_rejected() -> None:
                   reference_answer="6")
     assert [a.text for a in out.reflection.add] == ["Carry a one when a column adds up to more than 9."]
     assert any("specific numbers ['30', '37']" in r for r in out.rejected)
+
+
+def test_a_worked_example_whose_numbers_the_grammar_kept_out_is_rejected() -> None:
+    # recorded: with digits forbidden, the teacher wrote its worked example anyway, numbers missing
+    hollow = "To find the final answer to an arithmetic problem, add the two numbers. For example, the final answer to + is ."
+    reply = json.dumps({"analysis": "a", "add": [{"text": hollow, "scope": "chain_sum"},
+                                                  {"text": "Use a + sign only when the task adds.", "scope": "chain_sum"}]})
+    out = reflect(Replay([reply]), "chain_sum", Q_ADD, [RolloutView("r", 1.0, "ok"), RolloutView("w", 0.0, "no")], [],
+                  reference_answer="6")
+    assert [a.text for a in out.reflection.add] == ["Use a + sign only when the task adds."]
+    assert any("a worked example without its numbers" in r for r in out.rejected)
