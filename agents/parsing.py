@@ -36,33 +36,9 @@ def strip_code_fences(text: str) -> str:
     return m.group(1) if m else text
 
 
-def _close_truncated(fragment: str) -> str:
-    """Close an object cut off mid-way: end an open string, then close open brackets in order."""
-    stack: list[str] = []
-    in_str = esc = False
-    for ch in fragment:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]" and stack:
-            stack.pop()
-    out = fragment + ('"' if in_str else "")
-    out = re.sub(r",\s*$", "", out)  # a dangling comma before the closers
-    out = re.sub(r':\s*$', ": null", out)
-    return out + "".join(reversed(stack))
-
-
-def json_depth(text: str) -> int:
-    """The deepest bracket nesting (``{`` / ``[``) in ``text``, strings skipped; linear time, no recursion."""
-    depth = deepest = 0
+def _brackets(text: str) -> tuple[list[str], bool]:
+    """The brackets of ``text`` outside JSON strings, in order, and whether the text ends inside a string."""
+    out: list[str] = []
     in_str = esc = False
     for ch in text:
         if in_str:
@@ -74,10 +50,34 @@ def json_depth(text: str) -> int:
                 in_str = False
         elif ch == '"':
             in_str = True
-        elif ch in "{[":
+        elif ch in "{[]}":
+            out.append(ch)
+    return out, in_str
+
+
+def _close_truncated(fragment: str) -> str:
+    """Close an object cut off mid-way: end an open string, then close open brackets in order."""
+    stack: list[str] = []
+    brackets, in_str = _brackets(fragment)
+    for ch in brackets:
+        if ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif stack:
+            stack.pop()
+    out = fragment + ('"' if in_str else "")
+    out = re.sub(r",\s*$", "", out)  # a dangling comma before the closers
+    out = re.sub(r':\s*$', ": null", out)
+    return out + "".join(reversed(stack))
+
+
+def json_depth(text: str) -> int:
+    """The deepest bracket nesting (``{`` / ``[``) in ``text``, strings skipped; linear time, no recursion."""
+    depth = deepest = 0
+    for ch in _brackets(text)[0]:
+        if ch in "{[":
             depth += 1
             deepest = max(deepest, depth)
-        elif ch in "}]":
+        else:
             depth = max(0, depth - 1)
     return deepest
 

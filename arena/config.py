@@ -97,7 +97,7 @@ class SessionConfig(BaseModel):
     proposal_agreement: float = 0.75  # share of those samples that must agree with the proposed answer
     concurrency: int = 8  # episodes of a round in flight at once (their model calls are batched together)
     reflect: bool = True  # the teacher reflects on groups and writes lessons; False: weight-only learning (no lessons)
-    reflect_on: Literal["mixed", "all"] = "mixed"  # mixed: only groups with successes and failures (a contrast); all: every group
+    reflect_on: Literal["mixed", "all"] = "mixed"  # mixed: only groups with a success and a failure, guided rollouts included (a contrast); all: every group
     reflections_per_round: int = 4  # the teacher's budget per round, spent in task order (~10–20 s each for the 1.5B teacher on 2 cores); 0: no limit
     # wake–sleep cycles (arena.session.cycles): each cycle is `rounds` rounds of episodes, then a sleep (distillation)
     cycles: int = 1  # wake–sleep cycles; 1 without a sleep objective is a plain session

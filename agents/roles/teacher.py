@@ -92,7 +92,6 @@ def reflection_schema(lesson_ids: Sequence[str], family: str) -> dict:
     Returns:
         A JSON-schema dict (draft 2020-12 subset that llama.cpp's converter reads).
     """
-    text = {"type": "string", "minLength": 12, "maxLength": 220}
     # a lesson's text holds no digit (no number of this or any task), line break, quote or escape
     lesson = {"type": "string", "pattern": "^[^0-9\\n\"\\\\]{12,220}$"}
     props: dict = {

@@ -73,7 +73,7 @@ def run(
     reflect_on: Annotated[str, typer.Option(help="Groups the teacher reflects on: mixed (successes and failures: a contrast to learn from) or all.")] = "mixed",
     reflections_per_round: Annotated[int, typer.Option(help="The teacher's budget: reflections per round, spent in task order; 0: no limit.")] = 4,
     cycles: Annotated[int, typer.Option(help="Wake–sleep cycles: --rounds rounds of episodes, then a sleep (distillation into a LoRA the next cycle samples with).")] = 1,
-    sleep_objective: Annotated[str, typer.Option(help="arena distill objective of each sleep: distill, sft, guided-unweighted, grpo, guide-grpo or opcd; none: no sleep; auto: distill where a sleep can run (local solver, verifier reward, a wake of at least --sleep-min-examples rollouts), else none.")] = "auto",
+    sleep_objective: Annotated[str, typer.Option(help="arena distill objective of each sleep: distill, sft, guided-unweighted, grpo, guide-grpo or opcd; none: no sleep; auto: distill where a sleep can run and has enough to learn from (local solver, verifier reward, a wake of at least 32 episodes and --sleep-min-examples rollouts), else none.")] = "auto",
     sleep_from: Annotated[str, typer.Option(help="base: each sleep trains a fresh LoRA on every cycle's successes so far (STaR); previous: continue the last adapter on this cycle's.")] = "base",
     sleep_epochs: Annotated[float, typer.Option(help="Passes over a sleep's examples (when --sleep-steps is 0).")] = 4.0,
     sleep_steps: Annotated[int, typer.Option(help="Optimizer steps per sleep, batch 8 (the schedule arena bench learning measured; 0: from --sleep-epochs).")] = 40,

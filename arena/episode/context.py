@@ -45,7 +45,7 @@ class EpisodeSettings:
     exclude_lessons: tuple[str, ...] = ()  # lessons distilled into the solver's adapter: kept out of its prompt
     adapter_id: str | None = None  # readable id of the solver's adapter (recorded on every rollout); None: base model
     reflect: bool = True  # the teacher reflects on each group; False: no lessons are written (weight-only learning)
-    reflect_on: str = "all"  # "all" groups, or only "mixed" ones (successes and failures among the unguided rollouts)
+    reflect_on: str = "all"  # "all" groups, or only "mixed" ones (a success and a failure among the usable rollouts, guided included)
     reflections_per_round: int = 0  # the teacher's budget: reflections per round, spent in task order; 0: no limit
 
 
