@@ -114,6 +114,11 @@ def run(
             cfg = SessionConfig.model_validate({**info.config, "db": db})
             name = resume
         else:
+            from arena.config import SLEEP_OBJECTIVES
+
+            if sleep_objective not in (*SLEEP_OBJECTIVES, "auto", "none"):
+                raise ConfigError(f"--sleep-objective must be one of {', '.join(SLEEP_OBJECTIVES)}, auto or none, "
+                                  f"got {sleep_objective!r}")
             if sleep_objective == "none" and cycles > 1:
                 raise ConfigError(f"--cycles {cycles} alternates wakes with sleeps; --sleep-objective none needs --cycles 1")
             rubric = reward != "verifier"

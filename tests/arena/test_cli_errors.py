@@ -235,3 +235,13 @@ def test_a_missing_part_or_hash_mismatch_is_a_policy_error(monkeypatch):
     monkeypatch.setattr(teacher_files, "embedded_teacher_path", missing)
     with pytest.raises(PolicyError, match="part 7 of 22 is missing"):
         make_policy("qwen2.5-coder-1.5b")
+
+
+def test_the_new_session_flags_refuse_bad_values_in_one_line(existing_db):
+    for args, fragment in ((["--reflections-per-round", "-1"], "--reflections-per-round"),
+                           (["--reflect-on", "sometimes"], "--reflect-on"),
+                           (["--sleep-objective", "bogus"], "auto or none"),
+                           (["--sleep-objective", "none", "--cycles", "2"], "needs --cycles 1"),
+                           (["--request-timeout", "0"], "--request-timeout"),
+                           (["--teacher-in-flight", "0"], "--teacher-in-flight")):
+        assert_one_line_error(arena("run", "--db", str(existing_db), *args), fragment)
