@@ -154,8 +154,17 @@ def part_paths(spec: SplitGGUF = QWEN_CODER_1_5B) -> list[Path]:
 
 @contextlib.contextmanager
 def _exclusive(lock_path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``lock_path`` (flock), held for the block; waits for another holder."""
-    with lock_path.open("a+b") as fh:
+    """An exclusive advisory lock on ``lock_path`` (flock), held for the block; waits for another holder.
+
+    Raises:
+        TeacherFilesError: the lock file cannot be opened (a read-only or foreign cache directory).
+    """
+    try:
+        fh = lock_path.open("a+b")
+    except OSError as e:
+        raise TeacherFilesError(f"cannot write to the model cache {lock_path.parent}: {e.strerror or e}; "
+                                "set ARENA_CACHE_DIR to a writable directory") from None
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -179,10 +188,14 @@ def _stamped(dest: Path, sha256: str, size: int) -> bool:
 
 
 def _write_stamp(dest: Path, sha256: str, size: int) -> None:
+    """Record a verified file (best effort: without the record the next start hashes the file again)."""
     st = dest.stat()
-    tmp = _stamp_path(dest).with_suffix(".tmp")
-    tmp.write_text(json.dumps({"sha256": sha256, "size": size, "mtime_ns": st.st_mtime_ns}))
-    os.replace(tmp, _stamp_path(dest))
+    tmp = _stamp_path(dest).with_name(_stamp_path(dest).name + ".tmp")
+    try:
+        tmp.write_text(json.dumps({"sha256": sha256, "size": size, "mtime_ns": st.st_mtime_ns}))
+        os.replace(tmp, _stamp_path(dest))
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _hash_file(path: Path) -> str:

@@ -69,7 +69,7 @@ def run(
     proposal_samples: Annotated[int, typer.Option(help="Independent samples that must confirm a proposal's answer where no verifier exists.")] = 4,
     proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,
     concurrency: Annotated[int, typer.Option(help="Episodes of a round in flight at once; their model calls are batched together. Results do not depend on it.")] = 8,
-    reflect: Annotated[bool, typer.Option("--reflect/--no-reflect", help="Teacher reflection on every group (lessons); --no-reflect: weight-only learning.")] = True,
+    reflect: Annotated[bool, typer.Option("--reflect/--no-reflect", help="Teacher reflection (lessons) on the groups --reflect-on picks; --no-reflect: weight-only learning.")] = True,
     reflect_on: Annotated[str, typer.Option(help="Groups the teacher reflects on: mixed (successes and failures: a contrast to learn from) or all.")] = "mixed",
     reflections_per_round: Annotated[int, typer.Option(help="The teacher's budget: reflections per round, spent in task order; 0: no limit.")] = 4,
     cycles: Annotated[int, typer.Option(help="Wake–sleep cycles: --rounds rounds of episodes, then a sleep (distillation into a LoRA the next cycle samples with).")] = 1,

@@ -91,7 +91,7 @@ def make_policy(spec: str, adapter: Path | None = None, timeout_s: float = 600.0
         llm = LlamaCppPolicy(Path(spec.split(":", 1)[1]))
     else:
         raise PolicyError(f"unknown model {spec!r}; use local, openai:MODEL, llamacpp:PATH or {EMBEDDED_TEACHER}")
-    llm.check()
+    llm.load()  # a GGUF llama.cpp cannot load (an unknown architecture) fails here, before any work, not mid-session
     return llm
 
 

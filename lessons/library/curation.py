@@ -522,7 +522,7 @@ class Curator:
                 f"measured utility {row.utility:+.3f} on pass@1, 95% CI [{row.utility_lo:+.3f}, {row.utility_hi:+.3f}], n={row.utility_n}: it hurts",
             )
             self.result.retired.append(row.lesson_id)
-        elif row.status == "candidate" and net >= p.promote_votes:
+        elif row.status == "candidate" and net >= p.promote_votes and row.utility is None:  # a measurement outranks votes
             self._set_status(row, "active", "PROMOTE", prov, f"helpful {row.helpful} vs harmful {row.harmful} (≥ {p.promote_votes} net helpful votes)")
             self.result.promoted.append(row.lesson_id)
         elif row.status == "candidate" and row.utility_lo is not None and row.utility_lo > 0:

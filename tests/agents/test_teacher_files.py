@@ -177,3 +177,17 @@ def test_a_disk_that_fills_while_writing_leaves_nothing(gguf_parts, tmp_path: Pa
     assert not dest.exists() and not list(dest.parent.glob("*.part"))
     assemble(parts, dest, hashlib.sha256(data).hexdigest(), len(data))  # once space is back, it assembles
     assert dest.read_bytes() == data
+
+
+def test_a_cache_whose_lock_cannot_be_written_is_one_error(gguf_parts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parts, data = gguf_parts
+    real_open = Path.open
+
+    def refuse_lock(self, *a, **k):
+        if self.name.endswith(".lock"):
+            raise OSError(30, "Read-only file system")
+        return real_open(self, *a, **k)
+
+    monkeypatch.setattr(Path, "open", refuse_lock)
+    with pytest.raises(TeacherFilesError, match="cannot write to the model cache .* ARENA_CACHE_DIR"):
+        assemble(parts, tmp_path / "m.gguf", hashlib.sha256(data).hexdigest(), len(data))

@@ -162,6 +162,21 @@ def test_measured_utility_promotes_or_retires_with_reason(store: LessonStore) ->
     assert store.utility_history(a)[0]["effect"] == pytest.approx(0.4)
 
 
+def test_votes_do_not_promote_a_lesson_whose_measured_utility_says_otherwise(store: LessonStore) -> None:
+    """Found by a new user: one reflection (a helpful tag plus a near-duplicate ADD) gave a lesson 2 votes and made it
+    active although its A/B was -0.125 [-0.344, +0.061]. A measurement outranks the teacher's votes."""
+    store.curation_policy = CurationPolicy(promote_votes=2)
+    a = add(store, DISTINCT_LESSONS[0])
+    with store.curate() as c:
+        c.record_utility(a, n=16, pass_with=0.1, pass_without=0.225, ci=(-0.344, 0.061), task_keys=["t"], session_id=None,
+                         after_episodes=16)
+    with store.curate() as c:
+        c.vote(a, "helpful", CLI)
+        c.vote(a, "helpful", CLI)
+        assert c.result.promoted == []
+    assert store.get_lesson(a).status == "candidate"
+
+
 # --------------------------------------------------------------------------- near-duplicates
 
 
