@@ -20,6 +20,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 
+from lessons.db.engine import redact_credentials
 from lessons.library.curation import TokenCounter
 from lessons.library.read_models import ArenaData, DatabaseProblem, configure_budget, open_store
 from tui.messages import DataChanged
@@ -80,7 +81,7 @@ class ArenaApp(App):
     # ----------------------------------------------------------------- start-up
 
     def on_mount(self) -> None:
-        self.sub_title = self.db
+        self.sub_title = redact_credentials(self.db)  # the header shows no password
         self._open()
         if self.poll_interval > 0:
             self.set_interval(self.poll_interval, self.poll)

@@ -49,6 +49,7 @@ from openai import OpenAI
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from agents.policy import Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError
+from lessons.credentials import redact_credentials
 
 DEFAULT_API_KEY = "sk-no-key"  # local servers (llama.cpp, vLLM, Ollama) accept any key
 _CHARS_PER_TOKEN = 4
@@ -101,8 +102,8 @@ def retry_after_seconds(headers: Any, now: datetime | None = None) -> float | No
 
 
 def _one_line(text: object, limit: int = _MAX_ERROR_CHARS) -> str:
-    """``text`` collapsed to a single line of at most ``limit`` characters."""
-    line = " ".join(str(text).split())
+    """``text`` collapsed to a single line of at most ``limit`` characters, URL passwords masked before the cut."""
+    line = redact_credentials(" ".join(str(text).split()))
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
@@ -192,10 +193,14 @@ class OpenAIPolicy:
         fault_retries: further attempts after a faulty reply (no choices, null content, not
             JSON, cut-off JSON), after 0.5, 1, 2 s; then :class:`EndpointFault`.
 
+    Raises:
+        PolicyError: no model name, ``max_concurrency`` < 1, or a base URL that does not parse
+            (named with its password masked).
+
     Attributes:
         name: ``"openai:<model>"``.
         model: the model name sent with every request.
-        base_url: the effective endpoint root (for messages).
+        base_url: the effective endpoint root (for messages), its password masked as ``***``.
     """
 
     def __init__(
@@ -218,14 +223,25 @@ class OpenAIPolicy:
         self.model = model
         self.name = f"openai:{model}"
         self.timeout_s = float(timeout_s)
-        self._client = OpenAI(
-            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
-            api_key=api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY,
-            timeout=self.timeout_s,
-            max_retries=max_retries,
-            **({"http_client": http_client} if http_client is not None else {}),
-        )
-        self.base_url = str(self._client.base_url).rstrip("/")
+        url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        try:
+            self._client = OpenAI(
+                base_url=url,
+                api_key=api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY,
+                timeout=self.timeout_s,
+                max_retries=max_retries,
+                **({"http_client": http_client} if http_client is not None else {}),
+            )
+        except Exception as e:  # the transport's InvalidURL (the client may ship its own httpx)
+            if url is None:
+                raise
+            shown = redact_credentials(url)
+            # the parser's own message may quote a piece of the password ("Invalid port: 's3'"): only without one
+            why = f" ({_one_line(e)})" if shown == url else " (percent-encode a '/' in its password as %2F)"
+            raise PolicyError(f"endpoint base URL {shown} is not a valid URL{why}; use one such as "
+                              "http://127.0.0.1:8000/v1") from None
+        # every message names the endpoint by this: a base URL's user:password@ is shown as user:***@
+        self.base_url = redact_credentials(str(self._client.base_url).rstrip("/"))
         self._request_logprobs = True  # switched off if the server rejects the parameter
         self.max_concurrency = max_concurrency
         self._slots = threading.BoundedSemaphore(max_concurrency)

@@ -223,7 +223,7 @@ def check_proposal(
     proposal: ProposedTask,
     parent: ParentView,
     known_questions: Mapping[str, tuple[str, str]],
-    normalise: Callable[[str], str],
+    identity: Callable[[str], str],
     *,
     checker: ReferenceChecker | None,
     verify: Callable[[str, str], float] | None,
@@ -238,9 +238,10 @@ def check_proposal(
 ) -> ProposalResult:
     """Decide whether a proposed task is checkable and new; say why not.
 
-    Checks, in order: not the parent's question or the worked example's; not a question already
-    in the session (``known_questions``: normalised question → ``(task_key, split)``; a held-out
-    question is refused with code ``heldout``, so proposals never leak into evaluation); the
+    Checks, in order: not a held-out task of the session (``known_questions``: task identity →
+    ``(task_key, split)``; refused with code ``heldout`` before any other check, so proposals never
+    leak into evaluation); not the parent's question or the worked example's; not another task
+    already in the session (``duplicate``); the
     justification arrives at the answer (it contains the answer as a token); then the answer
     check — the family's ``checker`` and ``verify`` (reasoning-gym ``score_answer`` of the
     proposed reference against the computed answer must be 1), else ``samples`` answers of
@@ -250,8 +251,13 @@ def check_proposal(
     Args:
         proposal: the validated reply.
         parent: the parent task.
-        known_questions: every question of the session, normalised.
-        normalise: the question normaliser used for ``known_questions``.
+        known_questions: every task of the session, keyed by ``identity`` of its question; where a
+            train and a held-out task share a key, the held-out one.
+        identity: question → the task's identity for held-out isolation, as the session's verifiers
+            read it (:func:`arena.tasks.identity.task_identity`: NFKC text without spacing, case or
+            trailing punctuation; a chain_sum question as its signed terms), so that a held-out task
+            written differently (``"12+5 ="`` for ``"12 + 5 ="``) is still refused. Never plain
+            text comparison: a verifier that accepts any spacing makes every spelling the same task.
         checker: the family's reference checker, or None.
         verify: ``(proposed_answer, computed_answer) -> reward`` with the family's verifier; required with ``checker``.
         confirm: the policy that answers independently (agreement path); None rejects as not checkable.
@@ -275,16 +281,15 @@ def check_proposal(
     def reject(code: str, why: str, check: str | None = None, detail: dict | None = None) -> ProposalResult:
         return ProposalResult(proposal, False, code, why, check, detail or {})
 
-    key = normalise(proposal.question)
-    if key == normalise(parent.question):
+    key = identity(proposal.question)
+    if key in known_questions and known_questions[key][1] == "heldout":  # before anything else: never trained on
+        return reject("heldout", f"the question is held-out task {known_questions[key][0]}")
+    if key == identity(parent.question):
         return reject("copies_parent", "the question is the parent task's question")
-    if key == normalise(EXAMPLE_REPLY["question"]) or key == normalise(EXAMPLE_QUESTION):
+    if key == identity(EXAMPLE_REPLY["question"]) or key == identity(EXAMPLE_QUESTION):
         return reject("copies_example", "the question copies the worked example")
     if key in known_questions:
-        task_key, split = known_questions[key]
-        if split == "heldout":
-            return reject("heldout", f"the question is held-out task {task_key}")
-        return reject("duplicate", f"the question duplicates task {task_key}")
+        return reject("duplicate", f"the question duplicates task {known_questions[key][0]}")
     if not contains_token(proposal.justification, proposal.answer):
         return reject("unjustified", f"the justification does not arrive at the answer {proposal.answer!r}")
     if checker is not None:

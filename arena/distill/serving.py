@@ -54,6 +54,10 @@ def api_base(endpoint: str) -> str:
     example = "such as http://127.0.0.1:8000/v1"
     if not url.startswith(("http://", "https://")):
         raise ServeError(f"--endpoint must be an http(s) URL {example}, not {shown!r}")
+    if redact_credentials(url) != url:  # refused before httpx parses it: its errors would quote a piece of the password
+        raise ServeError(
+            f"--endpoint {shown!r} must have no user, password, query or fragment (put an API key in OPENAI_API_KEY)"
+        )
     try:
         parsed = httpx.URL(url)
         port = parsed.port

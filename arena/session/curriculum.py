@@ -38,7 +38,8 @@ from typing import Any, Literal
 
 from agents.policy import EndpointFault
 from arena.tasks.curriculum import DifficultyLadder, Rung, draw_at_rung, rung_at, step_tag
-from arena.tasks.extract import extract_answer, normalise_text
+from arena.tasks.extract import extract_answer
+from arena.tasks.identity import task_identity
 from arena.tasks.model import FamilySpec, Task, TaskError, TaskSplits, VerifierError
 from arena.tasks.seeds import episode_seed
 from arena.tasks.verify import answers_match, score
@@ -113,6 +114,21 @@ def _occurrence(label: str) -> int:
     return int(n) - 1 if sep and n.isdigit() else 0
 
 
+def known_tasks(tasks: Iterable[Any]) -> dict[str, tuple[str, str]]:
+    """Task identity → ``(task_key, split)`` of ``tasks`` (objects with ``task_key``, ``split``, ``question``).
+
+    The proposer's ``known_questions`` (:func:`agents.roles.proposer.check_proposal`). Keys are
+    :func:`arena.tasks.identity.task_identity`, so a task written differently is still known; where
+    tasks share a key, a held-out one wins, so the proposal is refused as held-out, not as a duplicate.
+    """
+    known: dict[str, tuple[str, str]] = {}
+    for t in tasks:
+        key = task_identity(t.question)
+        if key not in known or t.split == "heldout":
+            known[key] = (t.task_key, t.split)
+    return known
+
+
 def _from_stored(t: StoredTask) -> Task:
     return Task(t.task_key, t.family, t.split, t.question, t.answer, t.source, dict(t.metadata))  # type: ignore[arg-type]
 
@@ -165,8 +181,9 @@ class SessionCurriculum:
             if _label(t.task_key) in self.units:
                 self.units[_label(t.task_key)].heldout.append(t)
         self.stored: dict[str, StoredTask] = {t.task_key: t for t in self.records.session_tasks(session_id)}
-        self.seen: set[str] = {normalise_text(t.question) for t in [*splits.train, *splits.heldout]}
-        self.seen |= {normalise_text(t.question) for t in self.stored.values()}
+        # task identities (arena.tasks.identity) of every task of the session: no draw repeats one
+        self.seen: set[str] = {task_identity(t.question) for t in [*splits.train, *splits.heldout]}
+        self.seen |= {task_identity(t.question) for t in self.stored.values()}
         self.steps: dict[tuple[int, str], CurriculumStep] = {
             (s.round, s.family): s for s in self.records.steps(session_id)
         }
@@ -187,7 +204,7 @@ class SessionCurriculum:
     def _register(self, tasks: Iterable[Task]) -> None:
         for t in tasks:
             self.tasks[t.task_key] = t
-            self.seen.add(normalise_text(t.question))
+            self.seen.add(task_identity(t.question))
 
     def _rung(self, unit: _Unit, step: int) -> Rung | None:
         return rung_at(unit.ladder, unit.spec, step)
@@ -215,7 +232,7 @@ class SessionCurriculum:
         )
         self.fits(drawn)
         # disjoint by construction: the next draw (this rung's held-out set after its train set) excludes these
-        self.seen |= {normalise_text(t.question) for t in drawn}
+        self.seen |= {task_identity(t.question) for t in drawn}
         self.records.add_tasks(self.session_id, drawn)
         self.stored.update(
             {t.task_key: StoredTask(t.task_key, t.family, t.split, t.question, t.answer, t.source, t.metadata, "generator", None)
@@ -336,8 +353,7 @@ class SessionCurriculum:
                 rated.append((rate, g.task_key))
         # barely solved first (closest to the band), then failed; ties in round order
         rated.sort(key=lambda x: -x[0])
-        known = {normalise_text(t.question): (t.task_key, t.split) for t in self.stored.values()}
-        known.update({normalise_text(t.question): (t.task_key, t.split) for t in self.tasks.values()})
+        known = known_tasks([*self.stored.values(), *self.tasks.values()])
         records: list[ProposalRecord] = []
         for i, (rate, parent_key) in enumerate(rated[: s.proposals]):
             parent = self.tasks[parent_key]
@@ -360,7 +376,7 @@ class SessionCurriculum:
                     return 0.0
 
             result: ProposalResult = check_proposal(
-                proposal, view, known, normalise_text, checker=checker, verify=verify if checker else None,
+                proposal, view, known, task_identity, checker=checker, verify=verify if checker else None,
                 confirm=self.confirm, answers_match=answers_match, extract=extract_answer, samples=s.samples,
                 agreement=s.agreement, max_tokens=s.max_tokens, seed=seed + 1,
             )
@@ -382,7 +398,7 @@ class SessionCurriculum:
                     result = ProposalResult(proposal, False, "too_long", str(e), result.check, result.check_detail)
                     task = None
             if task is not None:
-                known[normalise_text(task.question)] = (task.task_key, "train")
+                known.setdefault(task_identity(task.question), (task.task_key, "train"))
             records.append(
                 ProposalRecord(
                     parent_key, name, "accepted" if task is not None else "rejected", proposal.question,
@@ -396,7 +412,7 @@ class SessionCurriculum:
                 t = r.task
                 self.stored[t.task_key] = StoredTask(t.task_key, t.family, t.split, t.question, t.answer, t.source,
                                                      dict(t.metadata), "proposer", r.parent_key)
-                self.seen.add(normalise_text(t.question))
+                self.seen.add(task_identity(t.question))
 
     # --------------------------------------------------------------------- final difficulty
 

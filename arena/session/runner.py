@@ -227,7 +227,7 @@ def open_session(store: LessonStore, cfg: SessionConfig, splits: TaskSplits, ses
     if resume:
         info = store.get_session(session_name)
         if info is None:
-            raise StoreError(f"no session named {session_name!r} in {store.url}; see `arena run --help`")
+            raise StoreError(f"no session named {session_name!r} in {store.location}; see `arena run --help`")
         check_sampling_dtype(cfg, session_name, dtype)
         session_id = info.id
         current = {(x.task_key, x.question) for x in [*splits.train, *splits.heldout]}

@@ -16,6 +16,8 @@ A :class:`~arena.tasks.model.Task` is one prompt with a verifier. The modules, o
   (:mod:`arena.episode.rewards`); its rubric, reference and whether it has a verifier are
   kept in ``metadata``.
 - :mod:`arena.tasks.sources`: ``load_tasks``, both sources together for a session.
+- :mod:`arena.tasks.identity`: ``task_identity``, when two tasks are the same task in any spelling
+  (held-out isolation compares it, never text), and ``check_disjoint`` of the splits.
 - :mod:`arena.tasks.verify`: ``score``, ``answers_match``, ``has_verifier``, ``verifier_feedback``.
 - :mod:`arena.tasks.curriculum`: difficulty ladders from reasoning-gym curricula and the
   draws at a rung (the session's self-play curriculum drives them).

@@ -238,7 +238,7 @@ def draw_at_rung(
         seed: the session seed.
         label: the family's task-key label (``chain_sum``, ``chain_sum#2``), for messages.
         occurrence: index of the spec among specs of the same family.
-        exclude: normalised questions not to draw (not modified).
+        exclude: task identities (:func:`arena.tasks.identity.task_identity`) not to draw (not modified).
 
     Returns:
         The tasks, keys ``"{label}/{split}/{step_tag}{i:05d}"``, each with

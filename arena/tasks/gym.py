@@ -21,6 +21,7 @@ from collections.abc import Collection
 from typing import Any
 
 from arena.tasks.extract import normalise_text
+from arena.tasks.identity import task_identity
 from arena.tasks.model import FamilySpec, Split, Task, TaskError, VerifierError
 from arena.tasks.seeds import SEED_BLOCK, dataset_seed, max_draws
 
@@ -223,8 +224,9 @@ def make_family_tasks(
     Train and held-out come from disjoint reasoning-gym seeds,
     ``dataset_seed(seed, "train")`` and ``dataset_seed(seed, "heldout")`` (blocks of
     :data:`SEED_BLOCK` per-item seeds, since items are generated from ``dataset_seed + idx``).
-    Questions are then deduplicated by normalised text within each split, and a held-out
-    question that also appears in train is dropped and another one drawn (at most
+    Questions are then deduplicated by task identity (:func:`arena.tasks.identity.task_identity`,
+    the question as its verifier reads it, not its text) within each split, and a held-out
+    question that is also a train task in any spelling is dropped and another one drawn (at most
     ``10 n + 50`` draws per split).
 
     Args:
@@ -234,8 +236,8 @@ def make_family_tasks(
         seed: the session seed; same seed → same tasks.
         occurrence: index of this spec among specs of the same family in a session, so
             repeats get their own seed blocks and task keys (``chain_sum#2/...``).
-        exclude: normalised questions (:func:`arena.tasks.extract.normalise_text`) that neither
-            split may contain (questions already used by other sources).
+        exclude: task identities (:func:`arena.tasks.identity.task_identity`) that neither
+            split may contain (tasks already used by other sources).
 
     Returns:
         ``(train, heldout)`` lists of :class:`Task` with ``source="reasoning_gym"``.
@@ -279,7 +281,7 @@ def make_slot_tasks(
         occurrence: index of the spec among specs of the same family (see :func:`make_family_tasks`).
         slot: ≥ 1; ``(slot + 1) * (10 n + 50)`` must fit in :data:`SEED_BLOCK`.
         tag: inserted before the index in task keys: ``"{label}/{split}/{tag}{i:05d}"``.
-        exclude: normalised questions not to draw (updated with the drawn ones).
+        exclude: task identities not to draw (updated with the drawn ones).
 
     Raises:
         TaskError: the slot does not fit in the seed block, a bad configuration, a generator
@@ -303,7 +305,7 @@ def _draw(
     offset: int = 0,
     tag: str = "",
 ) -> list[Task]:
-    """n tasks of one split whose normalised question is not in ``seen`` (updated)."""
+    """n tasks of one split whose task identity is not in ``seen`` (updated)."""
     ds_seed = dataset_seed(seed, split, occurrence) + offset
     size = max_draws(n)
     dataset = _make_dataset(spec, seed=ds_seed, size=size)
@@ -314,7 +316,7 @@ def _draw(
             entry = dataset[idx]
         except Exception as e:  # a generator bug: one line, not a traceback
             raise TaskError(f"reasoning-gym failed to generate '{spec}' item {idx}: {type(e).__name__}: {e}") from None
-        key = normalise_text(str(entry["question"]))
+        key = task_identity(str(entry["question"]))
         if key in seen:
             continue
         seen.add(key)

@@ -6,6 +6,8 @@ match, :func:`arena.tasks.verify.answers_match`), a rubric task (``"rubric": [{"
 :mod:`arena.episode.rewards`), or both; its rubric, reference and whether it has a verifier
 are kept in the task's ``metadata``. :func:`load_tasks_file` reads, validates, deduplicates
 and splits a file; errors are one-line :class:`arena.tasks.model.TaskError`s naming the line.
+Lines are told apart by task identity (:func:`arena.tasks.identity.task_identity`), not text, so
+a question written twice in two spellings is one task and never lands in both splits.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from arena.tasks.extract import normalise_text
+from arena.tasks.identity import answer_identity, task_identity
 from arena.tasks.model import Split, Task, TaskError
 from lessons.answers import answer_text
 from lessons.criteria import Criterion, check_rubric
@@ -110,7 +112,8 @@ def load_tasks_file(
 
     Each non-blank line is ``{"question": str, "answer": str | number}`` with optional
     ``"family"`` (default: the file stem) and ``"metadata"`` (object); other keys are kept in
-    the metadata. Lines are deduplicated by normalised question (first one kept), shuffled
+    the metadata. Lines are deduplicated by task identity (:func:`arena.tasks.identity.task_identity`:
+    the question as a verifier reads it, so ``"12+5 ="`` repeats ``"12 + 5 ="``; first one kept), shuffled
     with ``seed``; held-out is the first ``n_heldout``, train the next ``n_train`` (fewer if
     the file is short, but at least one of each).
 
@@ -133,9 +136,9 @@ def load_tasks_file(
     rows = _read_lines(path)
     unique: dict[str, tuple[int, TaskLine]] = {}
     for lineno, row in rows:
-        key = normalise_text(row.question)
+        key = task_identity(row.question)
         if key in unique:
-            if normalise_text(unique[key][1].answer or "") != normalise_text(row.answer or ""):
+            if answer_identity(unique[key][1].answer or "") != answer_identity(row.answer or ""):
                 log.warning("%s:%d repeats the question of line %d with another answer; ignored", path, lineno, unique[key][0])
             continue
         unique[key] = (lineno, row)

@@ -7,7 +7,8 @@ therefore gets its own block of :data:`SEED_BLOCK` per-item seeds::
     dataset_seed = (seed % SEED_WRAP) * SESSION_STRIDE + (2 * occurrence + split) * SEED_BLOCK
 
 with split 0 = train, 1 = held-out, and at most :data:`SEED_BLOCK` items drawn per block, so
-train and held-out never share a generator seed (question text is checked as well). Dataset
+train and held-out never share a generator seed (and no held-out question is a train task in any
+spelling: :func:`arena.tasks.identity.task_identity` is checked as well). Dataset
 seeds stay below 2**32 (some families seed numpy with them); session seeds wrap every
 :data:`SEED_WRAP`.
 """

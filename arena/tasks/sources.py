@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arena.tasks.extract import normalise_text
 from arena.tasks.gym import make_family_tasks, parse_family_spec
+from arena.tasks.identity import check_disjoint, task_identity
 from arena.tasks.jsonl import load_tasks_file
 from arena.tasks.model import Task, TaskError, TaskSplits
 
@@ -21,8 +21,9 @@ def load_tasks(
 
     Each family spec contributes ``n_train`` train and ``n_heldout`` held-out tasks (so
     totals scale with the number of families); the task file contributes its own split
-    (:func:`load_tasks_file`). No question appears twice across sources or splits: file
-    questions are read first and excluded from the families' draws.
+    (:func:`load_tasks_file`). No task appears twice across sources or splits, in any spelling
+    (compared by :func:`arena.tasks.identity.task_identity`, not text): file tasks are read first
+    and excluded from the families' draws.
 
     Args:
         families: family specs, e.g. ``["chain_sum:min_terms=2,max_terms=2", "letter_counting"]``.
@@ -51,7 +52,7 @@ def load_tasks(
             f"task family {sorted(clash)[0]!r} comes both from reasoning-gym and from {tasks_file}; "
             'rename the "family" in the file'
         )
-    used = {normalise_text(t.question) for t in file_train + file_heldout}
+    used = {task_identity(t) for t in file_train + file_heldout}
     train: list[Task] = []
     heldout: list[Task] = []
     occurrences: dict[str, int] = {}
@@ -59,7 +60,9 @@ def load_tasks(
         occ = occurrences.get(spec.name, 0)
         occurrences[spec.name] = occ + 1
         tr, ho = make_family_tasks(spec, n_train, n_heldout, seed, occurrence=occ, exclude=used)
-        used |= {normalise_text(t.question) for t in tr + ho}
+        used |= {task_identity(t) for t in tr + ho}
         train += tr
         heldout += ho
-    return TaskSplits(train=train + file_train, heldout=heldout + file_heldout)
+    splits = TaskSplits(train=train + file_train, heldout=heldout + file_heldout)
+    check_disjoint(splits.train, splits.heldout)  # disjoint by construction; checked, as isolation depends on it
+    return splits

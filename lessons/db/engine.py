@@ -38,6 +38,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from lessons.credentials import redact_credentials
 from lessons.db.schema import alembic_config
 from lessons.library.records import StoreError
 
@@ -53,20 +54,6 @@ def one_line(x: object) -> str:
     return " ".join(str(x).split())
 
 
-_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s:/@]*):[^\s@/]*@")
-_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:password|passwd|pass)=)[^&\s]*")
-
-
-def redact_credentials(text: str) -> str:
-    """``text`` with every password of a URL in it replaced by ``***``: ``user:pw@host`` and ``?password=pw``.
-
-    Applied to every error line of the CLI, to stored session settings and to the names the
-    library gives itself, so a PostgreSQL password never reaches a terminal, a log or the
-    shared database.
-    """
-    return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", str(text)))
-
-
 def parse_url(url: str | os.PathLike[str]) -> URL:
     """The SQLAlchemy URL of a library: ``url`` itself if it has a scheme, else a SQLite file path.
 
@@ -80,7 +67,7 @@ def parse_url(url: str | os.PathLike[str]) -> URL:
     try:
         parsed = make_url(raw) if "://" in raw else URL.create("sqlite", database=raw)
     except ArgumentError as e:
-        raise StoreError(f"cannot open database {redact_credentials(raw)}: {one_line(e)}") from None
+        raise StoreError(f"cannot open database {redact_credentials(raw)}: {redact_credentials(one_line(e))}") from None
     except ValueError:  # SQLAlchemy parses the port as an int
         raise StoreError(f"cannot open database {redact_credentials(raw)}: the port must be a number") from None
     if parsed.drivername in ("postgresql", "postgres"):  # the driver this package declares: psycopg 3
@@ -210,9 +197,10 @@ class Database:
         try:
             self._engine = create_engine(self._url, **self._engine_options())
         except ImportError as e:
-            raise StoreError(f"cannot open database {self.location}: {one_line(e)}{self._driver_hint()}") from None
+            reason = redact_credentials(one_line(e))
+            raise StoreError(f"cannot open database {self.location}: {reason}{self._driver_hint()}") from None
         except ArgumentError as e:
-            raise StoreError(f"cannot open database {self.location}: {one_line(e)}") from None
+            raise StoreError(f"cannot open database {self.location}: {redact_credentials(one_line(e))}") from None
         if self._is_sqlite:
             install_sqlite_listeners(self._engine)
             self._write_engine = self._engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
@@ -229,10 +217,10 @@ class Database:
         except DBAPIError as e:
             self._engine.dispose()
             reason = one_line(e.orig) if e.orig is not None else one_line(e)
-            raise StoreError(f"cannot open database {self.location}: {reason}") from None
+            raise StoreError(f"cannot open database {self.location}: {redact_credentials(reason)}") from None
         except (SQLAlchemyError, CommandError) as e:
             self._engine.dispose()
-            raise StoreError(f"cannot migrate database {self.location}: {one_line(e)}") from None
+            raise StoreError(f"cannot migrate database {self.location}: {redact_credentials(one_line(e))}") from None
 
     def _engine_options(self) -> dict[str, Any]:
         """``create_engine`` options: PostgreSQL fails fast on an unreachable server (10 s, not the OS's minutes)."""

@@ -183,6 +183,21 @@ def test_http_errors_map_to_one_line_policy_errors() -> None:
         assert isinstance(err, PolicyError) and "\n" not in str(err)
 
 
+def test_case_005_an_endpoint_base_url_password_never_reaches_an_error() -> None:
+    """CASE-005 for endpoints: a ``http://user:password@host/v1`` base URL is named with ``***`` in every error."""
+    url = f"http://user:s3cr@t@127.0.0.1:{_closed_loopback_port()}/v1"
+    p = OpenAIPolicy("m1", base_url=url, timeout_s=3, max_retries=0)
+    assert p.base_url.startswith("http://user:***@127.0.0.1:")
+    with pytest.raises(PolicyError, match="cannot reach") as info:
+        p.sample(CHAT, max_tokens=4)
+    missing = p._policy_error(_status_error(openai.NotFoundError, 404, {"detail": f"no route for {url}"}))
+    for msg in (str(info.value), str(missing)):
+        assert "user:***@127.0.0.1:" in msg and "s3cr" not in msg
+    with pytest.raises(PolicyError, match="is not a valid URL") as bad:  # httpx reads "s3" as the port
+        OpenAIPolicy("m1", base_url="http://user:s3/cr@127.0.0.1:9/v1")
+    assert "http://user:***@127.0.0.1:9/v1" in str(bad.value) and "s3" not in str(bad.value)
+
+
 def test_logprobs_unavailable(policy: OpenAIPolicy) -> None:
     with pytest.raises(LogprobsUnavailable, match="cannot score"):
         policy.logprobs(CHAT, "Paris.")

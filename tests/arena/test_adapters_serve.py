@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import arena, assert_one_line_error
 
+from arena.distill.serving import ServeError, api_base
 from lessons.library.adapters import AdapterRecord, AdapterStore
 from lessons.library.store import LessonStore
 
@@ -180,3 +181,14 @@ def test_bad_input_is_one_line_and_changes_nothing(vllm, library: Path, tmp_path
     assert server.loras == {} and not [1 for method, *_ in server.requests if method == "POST"]
     with LessonStore(str(library)) as store:
         assert [a.adapter_id for a in AdapterStore(store).list_adapters()] == ["adapter-0001"]
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["http://user:hunter2/x@127.0.0.1:8000", "http://user:hun@ter2@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1?api_key=hunter2"],
+)
+def test_case_005_an_endpoint_with_a_password_is_refused_without_showing_it(endpoint: str) -> None:
+    """CASE-005 for ``--endpoint``: refused before httpx parses it (its "Invalid port: 'hunter2'" would quote the password)."""
+    with pytest.raises(ServeError) as err:
+        api_base(endpoint)
+    assert "must have no user, password, query or fragment" in str(err.value) and "hun" not in str(err.value)

@@ -116,6 +116,16 @@ def test_an_unreachable_postgres_library_is_one_line(command):
     assert "secret" not in proc.stderr
 
 
+def test_case_005_a_db_password_with_a_slash_is_never_printed():
+    """CASE-005: ``--db postgresql://arena:ab/cd@127.0.0.1:…`` (a base64-made password) is masked in the error line."""
+    bad_port = arena("lessons", "list", "--db", "postgresql://arena:ab/cd@127.0.0.1:notaport/x")
+    assert_one_line_error(bad_port, "cannot open database postgresql://arena:***@127.0.0.1:notaport/x")
+    unreachable = arena("lessons", "list", "--db", f"postgresql://arena:ab/cd@127.0.0.1:{closed_port()}/x")
+    assert_one_line_error(unreachable, "cannot open database postgresql+psycopg://arena:***@127.0.0.1:")
+    for proc in (bad_port, unreachable):
+        assert "ab/cd" not in proc.stderr and ":ab" not in proc.stderr
+
+
 def test_a_postgres_url_without_its_driver_says_what_to_install(tmp_path):
     """As when psycopg is not installed: ``import psycopg`` fails inside the CLI."""
     shim = tmp_path / "no_psycopg"

@@ -24,11 +24,12 @@ from agents.roles.proposer import (
 )
 from arena.config import SessionConfig
 from arena.episode.context import Roles
-from arena.session.curriculum import band_action
+from arena.session.curriculum import band_action, known_tasks
 from arena.session.runner import run_session
 from arena.tasks.curriculum import DifficultyLadder, step_slot, step_tag
 from arena.tasks.extract import extract_answer, normalise_text
 from arena.tasks.gym import parse_family_spec
+from arena.tasks.identity import task_identity
 from arena.tasks.model import Task
 from arena.tasks.sources import load_tasks
 from arena.tasks.verify import answers_match, score
@@ -251,22 +252,55 @@ def test_held_out_tasks_are_unaffected_by_adaptation(tmp_path):
     store.close()
 
 
+def test_case_006_a_session_refuses_a_respelled_held_out_proposal_and_never_trains_on_it(tmp_path):
+    """CASE-006 end to end: the proposer writes held-out questions without spaces and with full-width digits;
+    the session refuses them as held-out, and no train task or episode is a held-out task in any spelling."""
+    def proposer(parent):
+        proposer.calls += 1
+        q = splits.heldout[proposer.calls % len(splits.heldout)].question
+        prefix, terms = q.split(":", 1)
+        full_width = {ord(d): 0xFF10 + int(d) for d in "0123456789"}
+        terms = terms.replace(" ", "") if proposer.calls % 2 else terms.translate(full_width)
+        q = f"{prefix}: {terms}"
+        ref, _ = chain_sum_reference(q)
+        assert ref is not None, q  # the chain_sum verifier accepts the respelled question
+        return {"question": q, "justification": f"so it is {ref}", "answer": ref}
+
+    proposer.calls = 0
+    cfg, splits, store = session(tmp_path, families=(HARD,), curriculum="frontier", proposals=2, rounds=2)
+    run_session(cfg, store, Roles(FakePolicy(curve_solver), make_teacher(proposer)), splits, "case006",
+                checkpointer=InMemorySaver())
+    sid = store.get_session("case006").id
+    records = CurriculumRecords(store)
+    props = records.proposals(sid)
+    assert len(props) == proposer.calls >= 2
+    assert all(p.status == "rejected" and p.reason_code == "heldout" for p in props)
+    tasks = records.session_tasks(sid)
+    heldout = {task_identity(t) for t in tasks if t.split == "heldout"}
+    assert not {task_identity(t) for t in tasks if t.split == "train"} & heldout
+    by_key = {t.task_key: t for t in tasks}
+    assert not {task_identity(by_key[g.task_key]) for g in store.group_outcomes(sid)} & heldout
+    store.close()
+
+
 # --------------------------------------------------------------------------- proposals
 
 
 PARENT = ParentView("chain_sum", "State the final answer to the following arithmetic problem: 31 - 48 =", "-17", 0.125, 8)
-KNOWN = {normalise_text("State the final answer to the following arithmetic problem: 5 + 5 ="): ("chain_sum/heldout/00000", "heldout"),
-         normalise_text("State the final answer to the following arithmetic problem: 6 + 6 ="): ("chain_sum/train/00001", "train")}
+KNOWN = {
+    task_identity("State the final answer to the following arithmetic problem: 5 + 5 ="): ("chain_sum/heldout/00000", "heldout"),
+    task_identity("State the final answer to the following arithmetic problem: 6 + 6 ="): ("chain_sum/train/00001", "train"),
+}
 
 
 def verify_chain_sum(proposed: str, computed: str) -> float:
     return score(Task("probe", "chain_sum", "train", "", computed, "reasoning_gym", {"overrides": {}}), proposed)
 
 
-def check(question, answer, justification=None, checker=chain_sum_reference, confirm=None, **kw):
+def check(question, answer, justification=None, checker=chain_sum_reference, confirm=None, known=KNOWN, **kw):
     p = ProposedTask(question=question, answer=answer, justification=justification or f"which gives {answer}")
     return check_proposal(
-        p, PARENT, KNOWN, normalise_text, checker=checker, verify=verify_chain_sum if checker else None,
+        p, PARENT, known, task_identity, checker=checker, verify=verify_chain_sum if checker else None,
         confirm=confirm, answers_match=answers_match, extract=extract_answer, **kw,
     )
 
@@ -295,6 +329,75 @@ def test_a_proposal_with_a_verified_reference_is_accepted():
 def test_proposals_without_a_checkable_answer_are_rejected(question, answer, justification, code):
     r = check(question, answer, justification)
     assert not r.accepted and r.reason_code == code and r.reason
+
+
+CASE_006_HELDOUT = "State the final answer to the following arithmetic problem: 12 + 5 ="
+
+
+def case_006_known(heldout=CASE_006_HELDOUT):
+    """The session's known tasks as the curriculum builds them: the CASE-006 held-out task and a train task."""
+    return known_tasks([
+        Task("chain_sum/train/00000", "chain_sum", "train",
+             "State the final answer to the following arithmetic problem: 6 + 6 =", "12", "reasoning_gym"),
+        Task("chain_sum/heldout/00007", "chain_sum", "heldout", heldout, "17", "reasoning_gym"),
+    ])
+
+
+def test_case_006_a_held_out_task_written_without_spaces_is_refused_as_held_out():
+    """CASE-006: the proposal "…12+5 =" is the held-out "…12 + 5 =" to the chain_sum verifier, so it is refused."""
+    proposal = "State the final answer to the following arithmetic problem: 12+5 ="
+    assert chain_sum_reference(proposal) == ("17", None)  # the verifier reads it as 12 + 5: it would be accepted
+    r = check(proposal, "17", known=case_006_known())
+    assert not r.accepted and r.reason_code == "heldout"
+    assert r.reason == "the question is held-out task chain_sum/heldout/00007"
+
+
+@pytest.mark.parametrize(
+    "proposal",
+    [
+        "State the final answer to the following arithmetic problem: 12+5 =",
+        "State the final answer to the following arithmetic problem: 12 +5=",
+        "State the final answer to the following arithmetic problem:   12   +   5   =  ",
+        "State the final answer to the following arithmetic problem:12+5",  # no "="
+        "STATE THE FINAL ANSWER TO THE FOLLOWING ARITHMETIC PROBLEM: 12 + 5 =",
+        "State the final answer to the following arithmetic problem: \uff11\uff12 + \uff15 =",  # full-width digits
+        "State the final answer to the following arithmetic problem: 12\u00a0+\u00a05\u00a0=",  # NBSP
+        "State the final answer to the following arithmetic problem: 12\u3000+\u20005 =",  # other Unicode spaces
+        "State the final answer to the following arithmetic problem: 1\u200b2 + 5 =",  # zero-width space
+        "State the final answer to the following arithmetic problem: 12 + 5 = ?",  # trailing punctuation
+        "State the final answer to the following arithmetic problem: 12 + 5 =.",
+        "State the final answer to the following arithmetic problem: 12 + +5 =",  # the same signed terms
+        "State the final answer to the following arithmetic problem: 12 + 05 =",
+        "State the final answer to the following arithmetic problem : 12 + 5 =",  # punctuation spacing
+    ],
+)
+def test_case_006_every_spelling_of_a_held_out_task_is_refused(proposal):
+    """CASE-006: spacing, case, Unicode digits and spaces, trailing punctuation: still the held-out task."""
+    r = check(proposal, "17", known=case_006_known())
+    assert not r.accepted and r.reason_code == "heldout", (proposal, r.reason)
+
+
+def test_case_006_the_held_out_check_comes_first_and_reads_the_held_out_spelling_too():
+    """CASE-006: a held-out task stored in a compact spelling still catches the spaced proposal, even one
+    that copies the parent; another task (other terms, or the same terms in another order) is not held out."""
+    known = case_006_known("State the final answer to the following arithmetic problem: 12+5=")
+    assert check(CASE_006_HELDOUT, "17", known=known).reason_code == "heldout"
+    parent_known = {**known, task_identity(PARENT.question): ("chain_sum/heldout/00001", "heldout")}
+    assert check(PARENT.question, "-17", known=parent_known).reason_code == "heldout"
+    assert check("State the final answer to the following arithmetic problem: 12 - 5 =", "7", known=known).accepted
+    # term order counts (documented in arena.tasks.identity): 5 + 12 is another task with the same answer
+    assert check("State the final answer to the following arithmetic problem: 5 + 12 =", "17", known=known).accepted
+    # a train task respelled is a duplicate, not a new task
+    respelled_train = "state the final answer to the following arithmetic problem: 6+6="
+    assert check(respelled_train, "12", known=known).reason_code == "duplicate"
+
+
+def test_case_006_known_tasks_prefer_the_held_out_task_on_a_shared_identity():
+    """CASE-006: where a train and a held-out task share an identity, the proposal is refused as held-out."""
+    train = Task("x/train/00000", "x", "train", "What is 12 + 5?", "17", "jsonl")
+    heldout = Task("chain_sum/heldout/00000", "chain_sum", "heldout", "what is 12+5", "17", "reasoning_gym")
+    for order in ([train, heldout], [heldout, train]):
+        assert known_tasks(order) == {task_identity("What is 12 + 5?"): ("chain_sum/heldout/00000", "heldout")}
 
 
 def test_without_a_verifier_the_reference_needs_independent_agreement():

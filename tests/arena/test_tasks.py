@@ -11,6 +11,7 @@ import pytest
 
 from arena.tasks.extract import normalise_text
 from arena.tasks.gym import make_family_tasks, parse_family_spec
+from arena.tasks.identity import answer_identity, check_disjoint, task_identity
 from arena.tasks.jsonl import load_tasks_file
 from arena.tasks.model import FamilySpec, Task, TaskError
 from arena.tasks.sources import load_tasks
@@ -258,3 +259,120 @@ def test_load_tasks_file_family_clashing_with_reasoning_gym(tmp_path):
 def test_override_value_of_the_wrong_type_names_the_option(raw):
     with pytest.raises(TaskError, match=rf"option 'min_terms' expects an integer, got '{re.escape(raw)}'"):
         parse_family_spec(f"chain_sum:min_terms={raw}")
+
+
+# --- task identity (CASE-006): held-out isolation compares what the verifier reads, not text ----------
+
+PROBLEM = "State the final answer to the following arithmetic problem:"
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        f"{PROBLEM} 12+5 =",  # the CASE-006 proposal
+        f"{PROBLEM} 12 +5 =",
+        f"{PROBLEM}12+5=",
+        f"  {PROBLEM}\t12  +\n5 =  ",
+        f"{PROBLEM} 12 + 5",  # no "="
+        PROBLEM.lower() + " 12 + 5 =",
+        PROBLEM.upper() + " 12 + 5 =",
+        f"{PROBLEM} \uff11\uff12 \uff0b \uff15 \uff1d",  # full-width digits, plus and equals
+        f"{PROBLEM}\u00a012\u00a0+\u00a05\u00a0=",  # NBSP
+        f"\ufeff{PROBLEM} 1\u200b2 + 5 =",  # BOM, zero-width space
+        f"{PROBLEM} 12 + 5 = ?",
+        f"{PROBLEM} 12 + 5 =.",
+        f"{PROBLEM} 12 + +5 =",  # the same signed terms
+        f"{PROBLEM} 012 + 5 =",
+    ],
+)
+def test_case_006_spellings_of_a_chain_sum_question_share_its_identity(spelling):
+    """CASE-006: every spelling the chain_sum verifier reads as 12 + 5 is the task "…12 + 5 =" itself."""
+    assert task_identity(spelling) == task_identity(f"{PROBLEM} 12 + 5 =")
+
+
+def test_case_006_identity_keeps_tasks_that_compute_differently_apart():
+    """CASE-006: other terms, other signs or another order (a documented choice) are other tasks."""
+    base = task_identity(f"{PROBLEM} 12 + 5 =")
+    for other in (f"{PROBLEM} 12 - 5 =", f"{PROBLEM} 12 + 5 + 0 =", f"{PROBLEM} 125 =", f"{PROBLEM} 1 + 25 =",
+                  f"{PROBLEM} 5 + 12 =", f"{PROBLEM} 12 + 6 =", "What is 12 + 5?"):
+        assert task_identity(other) != base, other
+    # signs written differently but equal: the same terms (12, -5)
+    minus = task_identity(f"{PROBLEM} 12 - 5 =")
+    assert minus == task_identity(f"{PROBLEM} 12 + -5 =") == task_identity(f"{PROBLEM} 12 \u2212 5 =")
+    assert task_identity(f"{PROBLEM} -3 - -4 =") == task_identity(f"{PROBLEM} -3 + 4 =")
+
+
+def test_case_006_identity_of_other_families_ignores_spacing_case_unicode_and_trailing_punctuation():
+    """CASE-006: a question of a family without a parser is its NFKC text without spacing, case or end punctuation."""
+    q = 'How many times does the letter "r" appear in the text: "strawberry fields"?'
+    curly = "How many times does the letter \u201cr\u201d appear in the text: \u201cstrawberry\u00a0fields\u201d ?"
+    for spelling in ('how many times does the letter "R" appear in the text:"strawberry  fields"', curly, q.upper() + "."):
+        assert task_identity(spelling) == task_identity(q), spelling
+    assert task_identity(q.replace("strawberry", "blueberry")) != task_identity(q)
+    t = Task("f/train/00000", "f", "train", q, "3", "jsonl")
+    assert task_identity(t) == task_identity(q)  # a task or its question
+    # every pair normalise_text equates, identity equates too (it only merges)
+    assert task_identity("  The  Answer\n is  B ") == task_identity("the answer is b")
+
+
+def test_case_006_answer_identity_normalises_numbers_and_text():
+    """CASE-006: the normalised answer (JSONL files compare it to tell a repeat from a conflict)."""
+    assert answer_identity("17") == answer_identity("17.0") == answer_identity("+17.")
+    assert answer_identity("17") == answer_identity("\uff11\uff17")
+    assert answer_identity("-17") == answer_identity("\u221217") != answer_identity("17")
+    assert answer_identity("Paris") == answer_identity(" paris. ") != answer_identity("Rome")
+
+
+def test_case_006_a_task_file_never_puts_two_spellings_of_one_question_in_both_splits(tmp_path, caplog):
+    """CASE-006, import path: a JSONL file that holds one question in two spellings yields one task."""
+    rows = [{"question": f"{PROBLEM} 12 + 5 =", "answer": "17"}, {"question": f"{PROBLEM} 12+5 =", "answer": "17"},
+            {"question": f"{PROBLEM} \uff11\uff12 + \uff15 = ?", "answer": "17.0"}]
+    rows += [{"question": f"{PROBLEM} {i} + 100 =", "answer": str(i + 100)} for i in range(5)]
+    path = write_jsonl(tmp_path / "arith.jsonl", rows)
+    for seed in range(8):  # whichever way the shuffle falls, the three spellings are one task
+        train, heldout = load_tasks_file(path, n_train=10, n_heldout=3, seed=seed)
+        assert len(train) + len(heldout) == 6
+        assert not {task_identity(t) for t in train} & {task_identity(t) for t in heldout}
+        check_disjoint(train, heldout)
+    assert "another answer" not in caplog.text  # 17 and 17.0 are the same answer
+    conflict = write_jsonl(tmp_path / "c.jsonl", [rows[0], {"question": f"{PROBLEM} 12+5", "answer": "18"}, rows[3]])
+    with caplog.at_level("WARNING"):
+        train, heldout = load_tasks_file(conflict, 5, 1, seed=0)
+    assert len(train) + len(heldout) == 2 and "another answer" in caplog.text
+
+
+def test_case_006_a_task_file_respelling_a_family_question_is_excluded_from_the_draws(tmp_path):
+    """CASE-006, import path: a file line that is a reasoning-gym question written differently (and under
+    another family name) is the same task: the family's draws skip it, so it never sits in both splits."""
+    spec = parse_family_spec(EASY)
+    train, heldout = make_family_tasks(spec, n_train=4, n_heldout=3, seed=5)
+    respelled = [t.question.replace(" ", "") for t in train[:2] + heldout[:2]]
+    rows = [{"question": q, "answer": t.answer} for q, t in zip(respelled, train[:2] + heldout[:2])]
+    rows += [{"question": f"What is {i} + 100?", "answer": i + 100} for i in range(4)]
+    path = write_jsonl(tmp_path / "extra.jsonl", rows)
+    splits = load_tasks([EASY], path, 4, 3, seed=5)
+    family = [t for t in splits.train + splits.heldout if t.family == "chain_sum"]
+    assert len(family) == 7
+    assert not {task_identity(t) for t in family} & {task_identity(q) for q in respelled}
+    assert not {task_identity(t) for t in splits.train} & {task_identity(t) for t in splits.heldout}
+    # the family's draw with those excluded equals load_tasks' draw
+    again = make_family_tasks(spec, 4, 3, seed=5, exclude={task_identity(t) for t in splits.train + splits.heldout
+                                                           if t.family == "extra"})
+    assert [t.question for t in again[0] + again[1]] == [t.question for t in family]
+
+
+def test_case_006_split_disjointness_is_checked_by_identity_not_text():
+    """CASE-006, split check: a held-out task that is a train task respelled fails the check, naming both."""
+    train = [Task("chain_sum/train/00000", "chain_sum", "train", f"{PROBLEM} 12 + 5 =", "17", "reasoning_gym")]
+    heldout = [Task("x/heldout/00000", "x", "heldout", f"{PROBLEM} 12+5=", "17", "jsonl")]
+    with pytest.raises(TaskError, match=r"held-out task x/heldout/00000 is train task chain_sum/train/00000"):
+        check_disjoint(train, heldout)
+    check_disjoint(train, [dataclasses.replace(heldout[0], question=f"{PROBLEM} 5 + 12 =")])  # another task
+    # the family draws are disjoint by identity, and excluding an identity excludes every spelling
+    spec = parse_family_spec(EASY)
+    tr, ho = make_family_tasks(spec, n_train=30, n_heldout=20, seed=7)
+    check_disjoint(tr, ho)
+    assert len({task_identity(t) for t in tr}) == 30 and len({task_identity(t) for t in ho}) == 20
+    banned = tr[0].question.replace(" ", "").upper()
+    tr2, ho2 = make_family_tasks(spec, n_train=30, n_heldout=20, seed=7, exclude={task_identity(banned)})
+    assert tr[0].question not in [t.question for t in tr2 + ho2]

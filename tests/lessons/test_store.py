@@ -602,6 +602,17 @@ def test_a_postgres_url_with_a_bad_port_or_a_query_password_is_one_line_without_
     assert "password=***" in str(err.value) and "secret" not in str(err.value)
 
 
+@pytest.mark.parametrize("scheme", ["postgresql", "postgresql+psycopg"])
+def test_case_005_a_postgres_password_with_a_slash_never_reaches_a_store_error(scheme: str) -> None:
+    """CASE-005: a base64-made password ("/", "+", "=") is masked whole, in both accepted schemes."""
+    with pytest.raises(StoreError) as err:
+        LessonStore(f"{scheme}://arena:ab/cd+e=@127.0.0.1:notaport/x")
+    assert str(err.value) == f"cannot open database {scheme}://arena:***@127.0.0.1:notaport/x: the port must be a number"
+    with pytest.raises(StoreError) as err:
+        LessonStore(f"{scheme}://arena:ab/cd@127.0.0.1:{_closed_loopback_port()}/x")
+    assert "postgresql+psycopg://arena:***@127.0.0.1:" in str(err.value) and "ab/cd" not in str(err.value)
+
+
 def test_a_postgres_url_without_the_driver_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError, as when it is not installed
     with pytest.raises(StoreError) as err:

@@ -254,6 +254,17 @@ async def test_corrupt_database_screen(tmp_path: Path):
         assert "file is not a database" in text_of(app, "#notice")
 
 
+async def test_case_005_a_library_url_password_with_a_slash_is_not_shown():
+    """CASE-005: the header and the error notice of an unopenable ``postgresql://arena:ab/cd@…`` library mask the password."""
+    app = ArenaApp("postgresql://arena:ab/cd@127.0.0.1:notaport/x", poll_interval=0)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, NoticeScreen) and app.screen.kind == "error"
+        notice = text_of(app, "#notice")
+        assert "postgresql://arena:***@127.0.0.1:notaport/x" in notice and "ab/cd" not in notice
+        assert app.sub_title == "postgresql://arena:***@127.0.0.1:notaport/x"
+
+
 async def test_reads_while_another_connection_writes(fx: Path):
     """A writer thread curates through its own LessonStore while the app polls and reloads:
     the app shows every write, and neither side sees "database is locked"."""

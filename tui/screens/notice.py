@@ -30,6 +30,7 @@ def empty_text(db: str) -> str:
 
 
 def error_text(db: str, message: str) -> str:
+    db, message = redact_credentials(db), redact_credentials(message)
     return f"Cannot open {db}:\n\n{message}\n\nPress q to quit."
 
 
