@@ -70,8 +70,8 @@ class SessionConfig(BaseModel):
     library_tokens: int = 4096  # budget of all live (candidate + active) lessons, solver tokens; enforced per op
     utility_every: int = 4  # utility A/B of lessons after every N episodes (candidates become active on it); 0: never
     utility_lessons: int = 2  # lessons measured per utility check
-    utility_tasks: int = 4  # train tasks per lesson in a utility A/B
-    utility_samples: int = 4  # samples per task and arm in a utility A/B
+    utility_tasks: int = 4  # tasks per lesson in a utility A/B: train tasks, topped up with validation tasks (arena.session.utility)
+    utility_samples: int = 4  # completions per task and arm in a utility A/B: 1 greedy, more sampled at temperature
     success_threshold: float = 1.0  # reward at which a rollout counts as a success; all-fail groups get hints
     hint_modes: list[str] = Field(default_factory=lambda: ["feedback", "answer"])  # plan / feedback / answer; [] disables hints
     seed: int = 0  # seeds task draws and sampling

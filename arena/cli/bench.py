@@ -1,4 +1,4 @@
-"""`arena bench ...`: benchmarks that print ratios against a named baseline (distill, rollouts, learning)."""
+"""`arena bench ...`: benchmarks that print ratios against a named baseline (distill, rollouts, learning, judge)."""
 
 from __future__ import annotations
 
@@ -211,3 +211,63 @@ def bench_learning(
                                 f"wake with lessons {s['wake_lessons']}, adapter without them {s['adapter']}")
     Console().print(f"figure {result['files']['png']}; figures {result['files']['json']}; load average before "
                     f"{result['loadavg_before']}, after {result['loadavg_after']}; {result['wall_s']:.0f} s")
+
+
+@bench_app.command("judge")
+def bench_judge(
+    judge: Annotated[Optional[list[str]], typer.Option("--judge", help="A judge role spec: local, qwen2.5-coder-1.5b, openai:MODEL or llamacpp:PATH (repeatable; default: local, the baseline, and qwen2.5-coder-1.5b).")] = None,
+    fixtures: Annotated[Optional[Path], typer.Option(help="Labelled completions, JSONL {\"question\", \"completion\", \"label\": pass|fail, \"why\"} (default: the shipped 48).")] = None,
+    mode: Annotated[str, typer.Option(help="Rubric grading: explicit (per-criterion verdicts) or implicit (one 1-10 rating).")] = "explicit",
+    threshold: Annotated[float, typer.Option(help="The judge passes a completion when its reward is at least this.")] = 0.5,
+    limit: Annotated[Optional[int], typer.Option(help="Judge only the first N fixtures.")] = None,
+    judge_max_tokens: Annotated[int, typer.Option(help="The judge's reply cap, tokens.")] = 256,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
+) -> None:
+    """Rubric judge accuracy against hand-labelled completions of the shipped rubric tasks, per judge and vs local.
+
+    Each completion is graded as a session grades a rollout (RubricReward, the task's rubric); the judge
+    passes it at reward >= --threshold. Ungraded completions (unusable judge replies) count as wrong.
+    """
+    quiet_libraries()
+    from arena.bench.judge import BASELINE_JUDGE, DEFAULT_JUDGES, FIXTURES, JudgeBenchError, bench_judges, check_judge_args, load_fixtures
+    from arena.tasks.model import TaskError
+
+    specs = [s.strip() for spec in judge for s in spec.split(",") if s.strip()] if judge else list(DEFAULT_JUDGES)
+    console = Console(stderr=True)
+    try:
+        check_judge_args(mode, threshold)
+        if limit is not None and limit < 1:
+            raise JudgeBenchError(f"--limit must be >= 1, got {limit}")
+        if judge_max_tokens < 16:
+            raise JudgeBenchError(f"--judge-max-tokens must be >= 16, got {judge_max_tokens}")
+        if not specs:
+            raise JudgeBenchError("--judge names no judge")
+        items = load_fixtures(fixtures or FIXTURES)[:limit]
+        with contextlib.redirect_stdout(sys.stderr):
+            result = bench_judges(specs, items, mode, threshold, log=None if json_out else console.print,
+                                  max_tokens=judge_max_tokens)
+    except (JudgeBenchError, TaskError) as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+    errors = {s: r["error"] for s, r in result["judges"].items() if "error" in r}
+    if json_out:
+        print(json.dumps(result))
+    else:
+        t = Table(title=f"arena bench judge: {result['n']} labelled completions, {mode}, judge passes at reward >= {threshold:g}")
+        for col in ("judge", "accuracy [95% CI]", "graded accuracy", "ungraded", "ECE", "judge pass rate",
+                    "vs " + BASELINE_JUDGE + " (diff [CI], p)", "per family", "wall s", "judge tok/s"):
+            t.add_column(col)
+        for spec, r in result["judges"].items():
+            if "error" in r:
+                t.add_row(spec, "error", "", "", "", "", "", "", "", "")
+                continue
+            a, g, v = r["accuracy"], r["accuracy_graded"], result["vs_baseline"].get(spec)
+            t.add_row(spec, f"{fmt_rate(a['value'])} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]",
+                      f"{fmt_rate(g['value'])} (n={g['n']})", str(r["ungraded"]), fmt_rate(r["ece"]), fmt_rate(r["judge_pass_rate"]),
+                      f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}], p={v['p_value']:.3g}" if v else "-",
+                      ", ".join(f"{fam} {f['accuracy']:.2f}" for fam, f in r["families"].items()),
+                      f"{r['wall_s']:.0f}", f"{r['judge_tokens_per_s']:.1f}" if r["judge_tokens_per_s"] else "-")
+        Console().print(t)
+    if errors:
+        raise fail("; ".join(f"judge {s} not measured: {e}" for s, e in errors.items()), 1)

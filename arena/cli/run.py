@@ -49,8 +49,8 @@ def run(
     library_tokens: Annotated[int, typer.Option(help="Token budget of all live lessons; an op past it is rejected.")] = 4096,
     utility_every: Annotated[int, typer.Option(help="Utility A/B of lessons (with vs without) every N episodes; candidates become active on it; 0: off.")] = 16,
     utility_lessons: Annotated[int, typer.Option(help="Lessons measured per utility check.")] = 2,
-    utility_tasks: Annotated[int, typer.Option(help="Train tasks per lesson in a utility A/B.")] = 4,
-    utility_samples: Annotated[int, typer.Option(help="Samples per task and arm in a utility A/B.")] = 4,
+    utility_tasks: Annotated[int, typer.Option(help="Tasks per lesson in a utility A/B: the family's train tasks, topped up with validation tasks (never trained on, never held-out).")] = 96,
+    utility_samples: Annotated[int, typer.Option(help="Completions per task and arm in a utility A/B: 1 greedy (as held-out pass@1); more: sampled at --temperature on common seeds.")] = 1,
     success_threshold: Annotated[
         Optional[float], typer.Option(help="Reward at which a rollout succeeds; a group with none gets a hint. Default: 1.0, or 0.8 with a rubric reward.")
     ] = None,

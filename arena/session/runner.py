@@ -35,7 +35,8 @@ from arena.session.curriculum import CurriculumSettings, SessionCurriculum
 from arena.session.cycles import HeldoutEvals, Solver, adapter_solver, cycle_adapters, cycle_rounds, sleep
 from arena.session.rounds import Episode, RoundBar, run_round
 from arena.session.summary import build_summary, online_rubrics_summary
-from arena.session.utility import UtilitySettings, maybe_check_utility
+from arena.session.utility import UtilitySettings, maybe_check_utility, validation_tasks
+from arena.tasks.identity import task_identity
 from arena.tasks.model import Task, TaskSplits
 from arena.tasks.seeds import episode_seed
 from lessons.db.engine import redact_credentials
@@ -336,6 +337,9 @@ class SessionRun:
         with store.curate() as c:  # the budget counts this session's solver tokens
             c.recount_live()
         self.utility = utility_settings(cfg)
+        # tasks beyond the train tasks that the utility A/B needs (--utility-tasks), never trained on
+        top_up = cfg.utility_tasks - cfg.train_tasks if cfg.utility_every > 0 else 0
+        self.validation = validation_tasks(cfg.families, top_up, cfg.seed, {task_identity(t) for t in tasks})
         self.online_due: list[str] = []  # episode keys since the last online-rubric update
         self.online_log: list[Any] = []  # OnlineUpdate per task per update, for the summary
         self.curriculum = SessionCurriculum(
@@ -462,7 +466,8 @@ class SessionRun:
             self.online_log += _online_rubrics_update(cfg, self.rubric_store, self.session_id, self.roles,
                                                       self.task_by_key, self.online_due)
             self.online_due = []
-        maybe_check_utility(self.store, self.solver.policy, self.session_id, round_tasks, self.utility, cfg.seed)
+        maybe_check_utility(self.store, self.solver.policy, self.session_id, [*round_tasks, *self.validation],
+                            self.utility, cfg.seed)
 
     def sleep(self, cycle: int) -> None:
         """The sleep of ``cycle`` (:func:`arena.session.cycles.sleep`); with too little data it is refused."""

@@ -1,17 +1,27 @@
-"""Measured lesson utility: an A/B of each lesson on sampled train tasks, with vs without it.
+"""Measured lesson utility: an A/B of each lesson on tasks of its family, with vs without it.
 
 Votes say what the teacher thinks of a lesson; this says what it does. Every
 ``--utility-every N`` episodes the session picks up to ``--utility-lessons`` live lessons
-(never measured first, then the most used) and, for each, samples the solver on up to
-``--utility-tasks`` train tasks of its family, ``--utility-samples`` times, under two
-contexts that differ only in that lesson: the task's retrieved lessons with the lesson
-first, and the same without it. Both arms use the same seeds (common random numbers), so
-outcomes pair up; the effect on pass@1 and its 95% interval are Newcombe's paired-difference
-interval (:func:`arena.stats.paired_difference_interval`, n = tasks × samples; samples of
-one task are treated as independent pairs, so the interval is somewhat optimistic when
-tasks differ a lot). The result is stored (``lesson_utility``), feeds the retrieval prior,
-and moves the lesson along its life cycle (:mod:`lessons.library.curation`): promoted when the
-interval is above 0, retired when it is below.
+(never measured first, then the most used) and, for each, runs the solver on up to
+``--utility-tasks`` tasks of its family under two contexts that differ only in that lesson:
+the task's retrieved lessons with the lesson first, and the same without it. With
+``--utility-samples 1`` (the default) each arm is one greedy completion per task, the quantity
+held-out pass@1 measures; with more, each arm samples that many times at ``--temperature`` on
+the same seeds (common random numbers), so outcomes pair up. Both arms are decoded in one batch
+each where the solver batches (:func:`agents.policy.sample_many`), which is what makes ~100
+pairs per lesson affordable on a CPU.
+
+The tasks are the session's train tasks of the family, topped up with *validation* tasks
+(:func:`validation_tasks`): more draws from the family's train generator, disjoint from the
+held-out split by task identity and never trained on, so that an A/B can resolve effects of
+about ±0.1 (a paired interval over 16 pairs is ±0.2 wide, wider than any lesson's effect on the
+135M solver measured so far). The effect on pass@1 and its 95% interval are Newcombe's
+paired-difference interval (:func:`arena.stats.paired_difference_interval`, n = tasks ×
+samples; samples of one task are treated as independent pairs, so the interval is somewhat
+optimistic when tasks differ a lot). The result is stored (``lesson_utility``), feeds the
+retrieval prior, and moves the lesson along its life cycle (:mod:`lessons.library.curation`):
+promoted when the interval is above 0, retired when it is below. Held-out tasks are never used:
+the A/B selects lessons, and selecting on the held-out split would bias its before/after.
 
 This is the lesson-level ablation ExpeL and ACE leave to votes; Karpathy's "system prompt
 learning" asks for exactly this check before a lesson is trusted.
@@ -21,14 +31,16 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from agents.policy import EndpointFault, Policy
+from agents.policy import EndpointFault, Policy, sample_many
 from agents.roles.solver import LessonView, render_lessons, solver_messages
 from arena.stats import paired_difference_interval
 from arena.tasks.extract import extract_answer
-from arena.tasks.model import Task, VerifierError
+from arena.tasks.gym import make_slot_tasks, parse_family_spec
+from arena.tasks.model import Task, TaskError, VerifierError
+from arena.tasks.seeds import SEED_BLOCK, max_draws
 from arena.tasks.verify import score
 from lessons.library.curation import Provenance
 from lessons.library.retrieval import rank_lessons
@@ -45,8 +57,8 @@ class UtilitySettings:
 
     every: int = 0  # run after every N episodes of the session; 0 disables
     lessons: int = 4  # lessons measured per check
-    tasks: int = 4  # train tasks per lesson
-    samples: int = 4  # samples per task and arm
+    tasks: int = 96  # tasks per lesson (train tasks of its family, topped up with validation tasks)
+    samples: int = 1  # completions per task and arm: 1 greedy; more: sampled at ``temperature`` on common seeds
     lesson_tokens: int = 512  # the solver's lessons budget (as in episodes)
     temperature: float = 0.8
     max_tokens: int = 96
@@ -79,9 +91,11 @@ def measure_lesson(
         store: the library (for each task's other retrieved lessons).
         solver: the solver policy.
         lesson: the lesson under test.
-        tasks: train tasks of the lesson's family (any family for a global lesson), ≥ 1.
-        settings: samples per task, temperature, token budgets.
-        seed: base seed; task i uses ``seed + i`` in both arms.
+        tasks: tasks of the lesson's family (any family for a global lesson), ≥ 1: train or validation
+            tasks, never held-out ones.
+        settings: samples per task (1: greedy), temperature, token budgets.
+        seed: base seed; both arms use the same streams (batched: row j of each arm's batch uses
+            ``row_seed(seed, j)``; otherwise task i uses ``seed + i``).
 
     Returns:
         The :class:`UtilityResult`.
@@ -92,24 +106,32 @@ def measure_lesson(
     if not tasks:
         raise ValueError("a utility A/B needs at least one task")
     target = LessonView(lesson.lesson_id, lesson.text)
-    with_pass: list[bool] = []
-    without_pass: list[bool] = []
-    for i, task in enumerate(tasks):
+    arms: tuple[list[list[dict[str, str]]], list[list[dict[str, str]]]] = ([], [])
+    for task in tasks:
         others = [
             LessonView(r.lesson.lesson_id, r.lesson.text)
             for r in rank_lessons(store, task.family, task.question, exclude={lesson.lesson_id})
         ]
         section_with, _ = render_lessons([target, *others], settings.lesson_tokens, solver.count_tokens)
         section_without, _ = render_lessons(others, settings.lesson_tokens, solver.count_tokens)
-        for section, outcomes in ((section_with, with_pass), (section_without, without_pass)):
-            outs = solver.sample(
-                solver_messages(task.question, section),
-                n=settings.samples,
-                temperature=settings.temperature,
-                max_tokens=settings.max_tokens,
-                seed=seed + i,
-            )
-            outcomes += [_passes(task, o.text) for o in outs]
+        arms[0].append(solver_messages(task.question, section_with))
+        arms[1].append(solver_messages(task.question, section_without))
+    temperature = 0.0 if settings.samples == 1 else settings.temperature
+    with_pass: list[bool] = []
+    without_pass: list[bool] = []
+    if getattr(solver, "sample_batch", None) is not None:
+        # one batch per arm; row j uses the random stream row_seed(seed, j) in both arms (common random numbers)
+        expanded = [[chat for chat in chats for _ in range(settings.samples)] for chats in arms]
+        per_row = [task for task in tasks for _ in range(settings.samples)]
+        for chats, outcomes in zip(expanded, (with_pass, without_pass)):
+            outs = sample_many(solver, chats, temperature=temperature, max_tokens=settings.max_tokens, seed=seed)
+            outcomes += [_passes(task, o.text) for task, o in zip(per_row, outs)]
+    else:  # one call per task and arm, task i on seed + i in both arms
+        for i, task in enumerate(tasks):
+            for chats, outcomes in zip(arms, (with_pass, without_pass)):
+                outs = solver.sample(chats[i], n=settings.samples, temperature=temperature,
+                                     max_tokens=settings.max_tokens, seed=seed + i)
+                outcomes += [_passes(task, o.text) for o in outs]
     effect, lo, hi = paired_difference_interval(with_pass, without_pass)
     n = len(with_pass)
     return UtilityResult(
@@ -121,6 +143,47 @@ def measure_lesson(
         ci=(lo, hi),
         task_keys=[t.task_key for t in tasks],
     )
+
+
+VALIDATION_TAG = "ab-"  # task keys of validation tasks: "chain_sum/train/ab-00000"
+
+
+def validation_tasks(families: Sequence[str], n_per_family: int, seed: int, exclude: Collection[str]) -> list[Task]:
+    """More tasks from each reasoning-gym family's train generator, for utility A/Bs only (never trained on).
+
+    Each family spec draws ``n_per_family`` tasks from the last slot of its train seed block
+    that holds them (:func:`arena.tasks.gym.make_slot_tasks`; the curriculum's rungs use the
+    first slots), keyed ``{family}/train/ab-00000``. None has the task identity
+    (:func:`arena.tasks.identity.task_identity`) of a task in ``exclude`` — the session's train
+    and held-out tasks — so a validation task is never a held-out task in any spelling, and the
+    draw is the same on every resume. A family whose generator cannot yield enough distinct
+    questions contributes none (logged); JSONL task files have no generator and contribute none.
+
+    Args:
+        families: the session's family specs (``--family``), e.g. ``["chain_sum:min_terms=2"]``.
+        n_per_family: tasks per spec; ≤ 0: none.
+        seed: the session seed.
+        exclude: task identities the draws must avoid.
+
+    Returns:
+        The validation tasks, family by family in the order given.
+    """
+    if n_per_family <= 0 or not families:
+        return []
+    seen = set(exclude)
+    slot = SEED_BLOCK // max_draws(n_per_family) - 1
+    occurrences: dict[str, int] = {}
+    out: list[Task] = []
+    for text in families:
+        spec = parse_family_spec(text)
+        occurrence = occurrences.get(spec.name, 0)
+        occurrences[spec.name] = occurrence + 1
+        try:
+            out += make_slot_tasks(spec, "train", n_per_family, seed, occurrence=occurrence, slot=slot,
+                                   tag=VALIDATION_TAG, exclude=seen)
+        except TaskError as e:
+            log.warning("no validation tasks for the utility A/B of %s: %s", text, e)
+    return out
 
 
 def choose_lessons(store: LessonStore, families: Sequence[str], limit: int) -> list[LessonInfo]:
@@ -141,9 +204,9 @@ def run_utility_check(
 ) -> list[UtilityResult]:
     """One periodic check: measure up to ``settings.lessons`` lessons and store each result.
 
-    Tasks for a lesson are drawn (seeded by ``seed`` and ``after_episodes``) from the train
-    tasks of its family, or from all train tasks for a global lesson; a lesson with no such
-    task is skipped. Each result is stored with :meth:`lessons.library.curation.Curator.record_utility`
+    Tasks for a lesson are drawn (seeded by ``seed`` and ``after_episodes``) from ``train_tasks``
+    (the round's train tasks and the session's :func:`validation_tasks`) of its family, or from all
+    of them for a global lesson; a lesson with no such task is skipped. Each result is stored with :meth:`lessons.library.curation.Curator.record_utility`
     in its own transaction, so an interruption loses at most the lesson in progress.
 
     Returns:

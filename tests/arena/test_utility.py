@@ -14,7 +14,8 @@ from agents.backends.fake import FakePolicy
 from arena.config import SessionConfig
 from arena.episode.context import Roles
 from arena.session.runner import run_session
-from arena.session.utility import UtilitySettings, maybe_check_utility, measure_lesson
+from arena.session.utility import UtilitySettings, maybe_check_utility, measure_lesson, validation_tasks
+from arena.tasks.identity import task_identity
 from arena.stats import paired_difference_interval, wilson_interval
 from arena.tasks.sources import load_tasks
 from lessons.library.curation import Provenance
@@ -81,6 +82,65 @@ def test_measure_lesson_pairs_arms_and_scores_the_effect(setup) -> None:
     res = measure_lesson(store, FakePolicy(solver), store.get_lesson(good), splits.train[:3], UtilitySettings(samples=2), seed=5)
     assert (res.n, res.pass_with, res.pass_without, res.effect) == (6, 1.0, 0.0, 1.0)
     assert res.ci[0] > 0 and res.task_keys == [t.task_key for t in splits.train[:3]]
+
+
+class BatchingFake(FakePolicy):
+    """A FakePolicy with ``sample_batch``: records each batch's size, temperature and seed."""
+
+    def __init__(self, responder) -> None:
+        super().__init__(responder)
+        self.batches: list[tuple[int, float, int | None]] = []
+
+    def sample_batch(self, chats, temperature=0.0, max_tokens=256, stop=None, seed=None):
+        self.batches.append((len(chats), temperature, seed))
+        return [self.sample(chat, n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)[0] for chat in chats]
+
+
+def test_a_batching_solver_decodes_each_arm_in_one_batch_greedy_by_default(setup) -> None:
+    store, splits, _ = setup
+    good = add(store, GOOD)
+    policy = BatchingFake(solver)
+    res = measure_lesson(store, policy, store.get_lesson(good), splits.train[:4], UtilitySettings(samples=1), seed=7)
+    assert policy.batches == [(4, 0.0, 7), (4, 0.0, 7)]  # one greedy batch per arm, the same seed in both
+    assert (res.n, res.pass_with, res.pass_without) == (4, 1.0, 0.0)
+    policy.batches.clear()
+    res = measure_lesson(store, policy, store.get_lesson(good), splits.train[:4],
+                         UtilitySettings(samples=3, temperature=0.8), seed=7)
+    assert policy.batches == [(12, 0.8, 7), (12, 0.8, 7)]  # samples > 1: sampled at the temperature
+    assert res.n == 12 and res.task_keys == [t.task_key for t in splits.train[:4]]
+
+
+def test_validation_tasks_are_new_draws_never_a_session_task_in_any_spelling() -> None:
+    family = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
+    splits = load_tasks([family], None, 8, 16, seed=3)
+    taken = {task_identity(t) for t in [*splits.train, *splits.heldout]}
+    val = validation_tasks([family], 24, 3, taken)
+    assert len(val) == 24 and len({task_identity(t) for t in val}) == 24
+    assert not {task_identity(t) for t in val} & taken
+    assert all(t.task_key.startswith("chain_sum/train/ab-") and t.split == "train" for t in val)
+    assert [t.question for t in validation_tasks([family], 24, 3, taken)] == [t.question for t in val]  # same on resume
+    assert validation_tasks([family], 0, 3, taken) == [] and validation_tasks([], 24, 3, taken) == []
+
+
+def test_a_session_tops_up_the_ab_with_validation_tasks(tmp_path) -> None:
+    from sqlalchemy import select
+
+    from lessons.db.schema import LessonUtilityRow
+    from lessons.library.store import LessonStore
+
+    family = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
+    cfg = SessionConfig(db=str(tmp_path / "arena.db"), families=[family], train_tasks=2, heldout_tasks=2, rounds=1,
+                        rollouts=2, utility_every=2, utility_tasks=10, utility_samples=1, hint_modes=[])
+    splits = load_tasks(cfg.families, None, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
+    store = LessonStore(cfg.db)
+    with store.curate() as c:
+        c.add(GOOD, "chain_sum", "", Provenance(origin={"by": "test"}))
+    run_session(cfg, store, Roles(FakePolicy(lambda m, i: "<answer>0</answer>"), FakePolicy(teacher)), splits, "s",
+                checkpointer=InMemorySaver())
+    with store.read() as s:
+        (keys,) = s.scalars(select(LessonUtilityRow.task_keys)).all()
+    assert len(keys) == 10 and sum("/train/ab-" in k for k in keys) == 8  # 2 train tasks + 8 validation tasks
+    assert not set(keys) & {t.task_key for t in splits.heldout}
 
 
 def test_utility_check_stores_results_and_moves_the_life_cycle(setup) -> None:
