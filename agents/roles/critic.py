@@ -24,6 +24,11 @@ CRITIC_SYSTEM = (
 )
 
 
+# Format notes appended to a critique (the teacher's failure summary reads them: agents.roles.teacher).
+NOTE_CUT_OFF = "output was cut off at the token limit"
+NOTE_NO_TAG = "no <answer> tag; answer taken from the text"
+
+
 @dataclass
 class Grade:
     """The critic's verdict on one rollout."""
@@ -68,9 +73,9 @@ def grade_group(
         reward = min(1.0, max(0.0, float(verify(answer))))
         notes = [feedback(answer)]
         if c.finish_reason == "length":
-            notes.append("output was cut off at the token limit")
+            notes.append(NOTE_CUT_OFF)
         elif answer is not None and "<answer>" not in c.text.lower():
-            notes.append("no <answer> tag; answer taken from the text")
+            notes.append(NOTE_NO_TAG)
         grades.append(Grade(reward, answer, _one_line("; ".join(notes))))
     if critic is not None:
         for c, g in zip(completions, grades):

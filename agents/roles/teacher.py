@@ -17,15 +17,19 @@ from dataclasses import dataclass, field
 
 from agents.parsing import sample_and_parse
 from agents.policy import Message, Policy
+from agents.roles.critic import NOTE_CUT_OFF
 from lessons.ops import Reflection
+from lessons.outcomes import passes
 from lessons.text import contains_token
 
 # Must make the teacher compare the group's attempts and return ONLY the JSON object below.
 TEACHER_SYSTEM = """You are a teacher. A student attempted one task several times; each attempt has a reward (1 = correct, 0 = wrong) and a critique.
 The rewards come from a verifier: trust them and do not solve the task yourself.
-First, in "analysis", say in one sentence what the correct attempts did that the wrong ones did not (if all failed: the most common mistake).
+Start from the failure summary: a wrong attempt either broke the answer format (no <answer> tag, or ran past the length limit) or got the method wrong (a wrong value inside the tag: a sign dropped, an operation swapped, a step skipped).
+In "analysis", say in one sentence which kind of mistake most wrong attempts made and what the correct attempts did instead.
+When most wrong attempts broke the format, the first lesson says how to end the reply: with the final value alone inside <answer></answer>, and no working after it.
 Then write at most 2 GENERAL lessons that would prevent that mistake on OTHER tasks of the same kind.
-A lesson is one short imperative sentence of advice about the method, for any task of this kind: it never mentions this task ("in this case", "this problem"), its numbers or its answer, and it does not repeat a lesson the student was already shown.
+A lesson is one short imperative sentence (at most 20 words) of advice, for any task of this kind: it never mentions this task ("in this case", "this problem"), its numbers or its answer, and it does not repeat a lesson the student was already shown.
 Also tag each lesson that was shown to the student as helpful, harmful or neutral.
 Reply with ONE JSON object and nothing else:
 {"analysis": "<one sentence>", "add": [{"text": "<lesson>", "scope": "<task family or global>"}], "tags": [{"lesson_id": "<id>", "tag": "helpful|harmful|neutral"}]}
@@ -93,7 +97,7 @@ def reflection_schema(lesson_ids: Sequence[str], family: str) -> dict:
         A JSON-schema dict (draft 2020-12 subset that llama.cpp's converter reads).
     """
     # a lesson's text holds no digit (no number of this or any task), line break, quote or escape
-    lesson = {"type": "string", "pattern": "^[^0-9\\n\"\\\\]{12,220}$"}
+    lesson = {"type": "string", "pattern": "^[^0-9\\n\"\\\\]{12,160}$"}
     props: dict = {
         "analysis": {"type": "string", "maxLength": 400},
         "add": {"type": "array", "maxItems": MAX_ADDS, "items": {
@@ -147,6 +151,35 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def failure_summary(rollouts: Sequence[RolloutView]) -> str | None:
+    """One line counting the kinds of mistake among a group's wrong unguided attempts, or None.
+
+    Kinds (from the verifier's grade and the critic's format notes, never from a model): ran past the
+    token limit (:data:`agents.roles.critic.NOTE_CUT_OFF` in the critique), no ``<answer>`` tag in the
+    text, or a wrong value inside the tag. A small teacher reading eight attempts one by one misses
+    what their counts show at once (measured: 218 of 320 wrong attempts of the 135M solver had no tag,
+    89 were cut off, and the 1.5B teacher's lessons were about arithmetic it re-did wrongly), so the
+    count is stated for it, as an ACE/ExpeL reflector is given its execution feedback.
+
+    Args:
+        rollouts: the group as the teacher sees it; guided attempts and rubric-graded attempts
+            (``failed_criteria`` set) are not counted.
+
+    Returns:
+        ``"Failure summary: of the 6 wrong attempts, 3 gave no <answer> tag, 1 ran past the length
+        limit, 2 had a wrong value inside the tag."`` — or None when no verifier-graded attempt failed.
+    """
+    wrong = [r for r in rollouts if not r.guided and r.failed_criteria is None and not passes(r.reward)]
+    if not wrong:
+        return None
+    cut = sum(NOTE_CUT_OFF in r.critique for r in wrong)
+    untagged = sum(NOTE_CUT_OFF not in r.critique and "<answer>" not in r.completion.lower() for r in wrong)
+    kinds = [(untagged, "gave no <answer> tag"), (cut, "ran past the length limit"),
+             (len(wrong) - cut - untagged, "had a wrong value inside the tag")]
+    parts = ", ".join(f"{n} {what}" for n, what in kinds if n)
+    return f"Failure summary: of the {len(wrong)} wrong attempt{'s' if len(wrong) != 1 else ''}, {parts}."
+
+
 def reflect_messages(
     family: str,
     question: str,
@@ -181,6 +214,9 @@ def reflect_messages(
     guided = [r for r in rollouts if r.guided]
     shown = attempts(unguided, 1)
     lines += shown
+    summary = failure_summary(rollouts)
+    if summary:
+        lines.append(summary)
     if guided:
         lines.append(f"All attempts failed, so the student tried again with this hint: {json.dumps(_clip(hint or '', 400))}")
         lines.append("Guided attempts (what did the hint teach that a general lesson could keep?):")

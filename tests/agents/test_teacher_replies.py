@@ -166,3 +166,24 @@ def test_a_worked_example_whose_numbers_the_grammar_kept_out_is_rejected() -> No
                   reference_answer="6")
     assert [a.text for a in out.reflection.add] == ["Use a + sign only when the task adds."]
     assert any("a worked example without its numbers" in r for r in out.rejected)
+
+
+def test_the_failure_summary_counts_each_kind_of_wrong_attempt_from_the_grades() -> None:
+    from agents.roles.critic import NOTE_CUT_OFF, NOTE_NO_TAG
+    from agents.roles.teacher import failure_summary, reflect_messages
+
+    group = [
+        RolloutView("15 - 43 = 28", 0.0, f"answer '28' is incorrect; {NOTE_NO_TAG}"),
+        RolloutView("The answer is 5.", 0.0, f"answer '5' is incorrect; {NOTE_NO_TAG}"),
+        RolloutView("To solve this we first", 0.0, f"answer '43' is incorrect; {NOTE_CUT_OFF}"),
+        RolloutView("<answer>28</answer>", 0.0, "answer '28' is incorrect"),
+        RolloutView("<answer>-28</answer>", 1.0, "answer '-28' is correct"),
+        RolloutView("no tag again", 0.0, f"answer is missing; {NOTE_NO_TAG}", guided=True),  # guided: not counted
+    ]
+    line = "Failure summary: of the 4 wrong attempts, 2 gave no <answer> tag, 1 ran past the length limit, 1 had a wrong value inside the tag."
+    assert failure_summary(group) == line
+    assert line in reflect_messages("chain_sum", Q_SUB, group, [])
+    # nothing wrong, or only rubric-graded attempts: no summary
+    assert failure_summary([RolloutView("<answer>-28</answer>", 1.0, "ok")]) is None
+    assert failure_summary([RolloutView("An essay", 0.0, "rated 2 of 10", failed_criteria=["cites a source"])]) is None
+    assert failure_summary([RolloutView("x", 0.0, f"wrong; {NOTE_NO_TAG}")]) == "Failure summary: of the 1 wrong attempt, 1 gave no <answer> tag."
