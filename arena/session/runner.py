@@ -425,7 +425,7 @@ class SessionRun:
         self.roles = replace(self.roles, solver=self.solver.policy)
         self.settings = replace(self.settings, adapter_id=self.solver.adapter_id, exclude_lessons=self.solver.exclude)
         graph = build_episode_graph(self.roles, self.store, self.task_by_key, self.settings, self.checkpointer,
-                                    reward=self.reward, rubric_store=self.rubric_store)
+                                    reward=self.reward)
         for rnd in cycle_rounds(self.cfg, cycle):
             self.run_one_round(graph, rnd)
         if self.cfg.sleep is None:
