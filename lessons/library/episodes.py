@@ -150,6 +150,12 @@ class EpisodeRepository(Repository):
         with self.read() as s:
             return set(s.scalars(select(EpisodeRow.episode_key).where(EpisodeRow.session_id == session_id)))
 
+    def recorded_episode_keys(self, session_id: int) -> list[str]:
+        """The keys of the session's recorded episodes in recording order (what cadences like online rubrics count)."""
+        with self.read() as s:
+            return list(s.scalars(select(EpisodeRow.episode_key).where(EpisodeRow.session_id == session_id)
+                                  .order_by(EpisodeRow.id)))
+
     def reflected_episodes(self, session_id: int, round: int) -> int:
         """How many of the session's stored episodes of ``round`` carry a teacher reflection (reply or error)."""
         with self.read() as s:  # counted in Python: a JSON column may hold SQL NULL or JSON null for "none"
