@@ -10,6 +10,8 @@ CHECK constraints for them, so a new value needs no table rebuild on SQLite.
 from __future__ import annotations
 
 SESSION_STATUSES = ("running", "finished", "failed", "interrupted")
+# Shown, never stored: a "running" session without a live lease (its process crashed or was killed; --resume continues it).
+STOPPED = "stopped"
 SPLITS = ("train", "heldout")
 TASK_SOURCES = ("reasoning_gym", "jsonl", "proposed")  # "proposed": exact/numeric match on an agreed reference
 # Where a task came from (arena.session.curriculum): a generator draw, a task file, or the proposer role.

@@ -1,8 +1,11 @@
 """`arena run`: a self-play session, and the end-of-session summary table.
 
 Errors a user can cause (unknown family, bad override, unreadable task file, unwritable
-database, unreachable endpoint, invalid flag combination) end in ONE line on stderr and exit
-code 2, never a traceback, and are detected before anything is written.
+database, unreachable endpoint, invalid flag combination, a session another live process runs)
+end in ONE line on stderr and exit code 2, never a traceback, and are detected before anything
+is written. A database fault during the run (a full disk, a read-only file, a server gone past
+the retries) ends in one line naming the library and exit code 3; what was committed stays, and
+``--resume`` continues once the cause is fixed.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from arena.cli.support import EXIT_INTERRUPTED, config_error, fail, fmt_rate, quiet_libraries, stop_on_sigterm
+from arena.cli.support import EXIT_INTERRUPTED, EXIT_STORE_FAULT, config_error, fail, fmt_rate, quiet_libraries, stop_on_sigterm
 
 
 def run(
@@ -81,6 +84,7 @@ def run(
     sleep_min_examples: Annotated[int, typer.Option(help="Refuse a sleep with fewer training examples than this.")] = 16,
     sleep_min_guided_log_ratio: Annotated[float, typer.Option(help="Guided successes whose mean log π(y|x) − log π_old(y|x,hint) is below this (nats/token) are not trained.")] = -1.0,
     sleep_kl_coef: Annotated[float, typer.Option(help="grpo / guide-grpo sleeps: β of the per-token KL to the base model (adapter disabled); 0: none, as Guide.")] = 0.0,
+    lease_ttl: Annotated[float, typer.Option(help="Seconds the session's lease lasts without a heartbeat (renewed every quarter of it): how long after a crash --resume must wait.")] = 60.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
@@ -90,15 +94,20 @@ def run(
     from arena.distill.trainer import TrainingError
     from arena.tasks.model import TaskError
     from arena.tasks.sources import load_tasks
+    from arena.session.lease import SessionLease
+    from lessons.db.faults import StoreFault, classify
     from lessons.library.store import LessonStore, StoreError, check_database
 
     console = Console(stderr=True)
     store = None
+    lease = None
     name = resume or session or "NAME"
     stop_on_sigterm()  # `kill`/`timeout`: stop like Ctrl-C, session marked interrupted
     try:
         check_db(db)
         check_database(db)  # a bad path fails here, before the model loads or anything is created
+        if lease_ttl <= 0:
+            raise ConfigError(f"--lease-ttl must be above 0 seconds, got {lease_ttl:g}")
         if resume:
             from lessons.db.engine import parse_url, sqlite_file
 
@@ -111,6 +120,8 @@ def run(
                 raise StoreError(f"no session named {resume!r} in {db}")
             if info.status == "finished":
                 raise StoreError(f"session {resume!r} already finished; start a new one with --session NAME")
+            lease = SessionLease(store, lease_ttl)
+            lease.acquire(info.id)  # before any work: a second owner is refused here, having written nothing
             cfg = SessionConfig.model_validate({**info.config, "db": db})
             name = resume
         else:
@@ -168,21 +179,37 @@ def run(
             name = cfg.session or store.new_session_name()
             if store.get_session(name) is not None:
                 raise StoreError(f"session {name!r} already exists; use --resume {name} or pick another --session")
+            lease = SessionLease(store, lease_ttl)  # taken with the session's row (open_session)
         with contextlib.redirect_stdout(sys.stderr):
-            summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console)
+            summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console, lease=lease)
+    except StoreFault as e:  # a full disk, a read-only file, a server gone for good: nothing committed is lost
+        raise fail(f"{e}; nothing committed was lost; fix it and continue with: arena run --db {db} --resume {name}",
+                   EXIT_STORE_FAULT) from None
     except ValidationError as e:
         raise fail(config_error(e)) from None
     except (ConfigError, TaskError, StoreError, PolicyError, ValueError, TrainingError) as e:  # DistillError, AdapterError are ValueErrors
         raise fail(" ".join(str(e).split())) from None
     except KeyboardInterrupt:
-        stored = store.get_session(name) if store is not None else None
+        try:
+            stored = store.get_session(name) if store is not None else None
+        except Exception as e:  # noqa: BLE001 - the database went with the interrupt: say what is known
+            if classify(e) is None:
+                raise
+            raise fail(f"interrupted; continue with: arena run --db {db} --resume {name}", EXIT_INTERRUPTED) from None
         if stored is not None and stored.status == "finished":  # the signal came after the session was complete
             raise fail(f"interrupted after session {name!r} finished; its summary: arena report --db {db} --session {name}",
                        EXIT_INTERRUPTED) from None
         if stored is not None:
             raise fail(f"interrupted; continue with: arena run --db {db} --resume {name}", EXIT_INTERRUPTED) from None
         raise fail("interrupted before the session started; nothing was stored", EXIT_INTERRUPTED) from None
+    except Exception as e:  # a database fault outside the session's run (opening, checking): one line, not a traceback
+        fault = classify(e)
+        if fault is None:
+            raise
+        raise fail(f"{fault}; nothing committed was lost; fix it and run again", EXIT_STORE_FAULT) from None
     finally:
+        if lease is not None:
+            lease.release()
         if store is not None:
             store.close()
     if json_out:

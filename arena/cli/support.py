@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from lessons.library.store import LessonStore
 
 EXIT_USER_ERROR = 2
+EXIT_STORE_FAULT = 3  # the database or its disk failed under a run (lessons.db.faults.StoreFault)
 EXIT_INTERRUPTED = 130
 
 _FLAG_OF_FIELD = {"families": "family", "hint_modes": "hint-mode"}  # config fields whose flag is named otherwise

@@ -254,7 +254,7 @@ def gather(store: LessonStore, session: str, db: str) -> SessionData:
     rubric = (cfg.reward if cfg else raw.get("reward", "verifier")) != "verifier"
     rubrics = RubricStore(store)
     return SessionData(
-        session=session, status=info.status, config=dict(raw), rollouts=rollouts, cycles=cycles, threshold=threshold,
+        session=session, status=info.shown_status, config=dict(raw), rollouts=rollouts, cycles=cycles, threshold=threshold,
         library_tokens=cfg.library_tokens if cfg else int(raw.get("library_tokens") or 0),
         heldout=heldout,
         rounds=round_rates(store, info.id, rollouts, threshold),

@@ -13,6 +13,7 @@ and what follows each curate), one round at a time through :func:`arena.session.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from arena.episode.graph import build_episode_graph
 from arena.episode.rewards import make_reward
 from arena.evaluation import evaluate_heldout
 from arena.session.curriculum import CurriculumSettings, SessionCurriculum
+from arena.session.lease import SessionLease
 from arena.session.cycles import HeldoutEvals, Solver, adapter_solver, cycle_adapters, cycle_rounds, sleep
 from arena.session.rounds import Episode, RoundBar, run_round
 from arena.session.summary import build_summary, online_rubrics_summary
@@ -40,6 +42,7 @@ from arena.tasks.identity import task_identity
 from arena.tasks.model import Task, TaskSplits
 from arena.tasks.seeds import episode_seed
 from lessons.db.engine import redact_credentials
+from lessons.db.faults import classify, is_transient
 from lessons.library.adapters import AdapterStore
 from lessons.library.curation import CurationPolicy
 from lessons.library.rubrics import RubricStore
@@ -52,6 +55,8 @@ from lessons.outcomes import (
     HELDOUT_FINAL_DIFFICULTY_NO_LESSONS,
     eval_name,
 )
+
+log = logging.getLogger(__name__)
 
 
 def make_policy(spec: str, adapter: Path | None = None, timeout_s: float = 600.0, in_flight: int = 1) -> Policy:
@@ -213,22 +218,34 @@ def check_sampling_dtype(cfg: SessionConfig, session_name: str, current: str | N
 
 
 def open_session(store: LessonStore, cfg: SessionConfig, splits: TaskSplits, session_name: str, resume: bool,
-                 dtype: str | None = None) -> int:
-    """Create the session row, or check and reopen it for a resume; its tasks are (re)stored. Returns its id.
+                 dtype: str | None = None, lease: SessionLease | None = None) -> int:
+    """Take the session's lease, create the session row or check and reopen it for a resume; its tasks are (re)stored.
 
-    A new session stores ``dtype`` (the solver's sampling dtype, :func:`sampling_dtype`) with its
+    The lease comes first (:class:`arena.session.lease.SessionLease`; a new session's row and lease
+    are written in one transaction), so a second owner is refused before it writes anything. A new
+    session stores ``dtype`` (the solver's sampling dtype, :func:`sampling_dtype`) with its
     settings. A resume is refused when a stored task's question differs from the rebuilt one (the
     task file was edited), tasks drawn or proposed during the session aside, or when ``dtype``
     differs from the stored one (:func:`check_sampling_dtype`).
 
+    Args:
+        lease: this process's lease; None: one of this process with the default TTL, released by
+            nobody (tests and callers that run one session in a process pass their own).
+
+    Returns:
+        The session's id.
+
     Raises:
+        lessons.library.records.LeaseHeld: another live process runs the session.
         lessons.library.store.StoreError: the session exists (new), does not (resume), its tasks
             changed, or it sampled in another dtype.
     """
+    lease = lease or SessionLease(store)
     if resume:
         info = store.get_session(session_name)
         if info is None:
             raise StoreError(f"no session named {session_name!r} in {store.location}; see `arena run --help`")
+        lease.acquire(info.id)
         check_sampling_dtype(cfg, session_name, dtype)
         session_id = info.id
         current = {(x.task_key, x.question) for x in [*splits.train, *splits.heldout]}
@@ -245,7 +262,7 @@ def open_session(store: LessonStore, cfg: SessionConfig, splits: TaskSplits, ses
         store.set_session_status(session_id, "running")
     else:
         stored = {**cfg.model_dump(mode="json"), "db": redact_credentials(cfg.db), "sampling_dtype": dtype}  # a shared library holds no password
-        session_id = store.create_session(session_name, stored, cfg.seed)
+        session_id = lease.create_session(session_name, stored, cfg.seed)
     store.upsert_tasks(session_id, [*splits.train, *splits.heldout])
     return session_id
 
@@ -308,8 +325,9 @@ class SessionRun:
     def __init__(
         self, cfg: SessionConfig, store: LessonStore, roles: Roles, splits: TaskSplits, session_name: str,
         session_id: int, console: Console | None, checkpointer: Any, on_episode: Callable[[dict], None] | None,
-        base_model: Path | None,
+        base_model: Path | None, lease: SessionLease | None = None,
     ) -> None:
+        self.lease = lease  # checked before each step's writes: a run whose lease was taken over stops
         self.cfg, self.store, self.roles, self.splits = cfg, store, roles, splits
         self.session_name, self.session_id, self.console = session_name, session_id, console
         self.on_episode, self.base_model = on_episode, base_model
@@ -360,6 +378,15 @@ class SessionRun:
         self.slept: dict[int, Any] = {}  # cycle -> the adapter its sleep registered
         self.refused: dict[int, str] = {}  # cycle -> why its sleep was refused (too few examples)
 
+    def check_lease(self) -> None:
+        """Stop when this process lost the session's lease (:meth:`arena.session.lease.SessionLease.check`).
+
+        Raises:
+            lessons.library.records.LeaseLost: another owner took the session over.
+        """
+        if self.lease is not None:
+            self.lease.check()
+
     def fits(self, tasks: Sequence[Task]) -> None:
         """:func:`check_prompt_lengths` of new tasks against the current solver (the curriculum's check)."""
         check_prompt_lengths(self.roles.solver, tasks, self.cfg)
@@ -399,6 +426,7 @@ class SessionRun:
         """
         if name in self.done_evals:
             return
+        self.check_lease()
         heldout = self.splits.heldout if heldout is None else heldout
         bar = self.progress.add_task(f"eval {name}", total=len(heldout), status="") if self.progress else None
         result = evaluate_heldout(
@@ -407,6 +435,7 @@ class SessionRun:
         )
         rewards = result.graded  # ungraded (rubric) tasks are counted in details["ungraded"]
         s = result.graded_summary()
+        self.check_lease()
         self.store.record_evaluation(self.session_id, name, "heldout", with_lessons, rewards, tuple(s["ci95"]),
                                      result.details())
         if self.progress:
@@ -459,6 +488,7 @@ class SessionRun:
     def curated(self, episode: Episode, final: dict[str, Any], round_tasks: Sequence[Task]) -> None:
         """After an episode was curated: the ``on_episode`` hook, a due OnlineRubrics update, a due utility check."""
         cfg = self.cfg
+        self.check_lease()
         if self.on_episode:
             self.on_episode(final)
         self.online_due.append(episode.key)
@@ -472,6 +502,7 @@ class SessionRun:
     def sleep(self, cycle: int) -> None:
         """The sleep of ``cycle`` (:func:`arena.session.cycles.sleep`); with too little data it is refused."""
         progress, cfg = self.progress, self.cfg
+        self.check_lease()  # a sleep takes the next adapter id: never two owners at once
         bar = progress.add_task(f"sleep {cycle}/{cfg.cycles}", total=None, status=cfg.sleep) if progress else None
         try:
             new, record = sleep(self.store, self.session_name, self.session_id, cycle, cfg, self.solver, self.evals,
@@ -525,6 +556,7 @@ class SessionRun:
             summary["online_rubric_updates"] = online_rubrics_summary(self.online_log)
         summary["wall_time_s"] = round(time.perf_counter() - t_start, 1)
         summary["role_speed"] = role_speed(self.roles, summary["wall_time_s"])
+        self.check_lease()
         self.store.set_session_status(self.session_id, "finished", summary)
         return summary
 
@@ -540,8 +572,18 @@ def run_session(
     checkpointer: Any = None,
     on_episode: Callable[[dict], None] | None = None,
     base_model: Path | None = None,
+    lease: SessionLease | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) one session and return its summary (the ``--json`` object).
+
+    The session's lease is taken before any work (:func:`open_session`) and held by a heartbeat
+    until the end, so a second owner is refused. A lost database connection (a server restart, a
+    reset: :func:`lessons.db.faults.is_transient`) does not end the run: it is retried up to
+    :data:`DB_RETRY_ATTEMPTS` times with exponential backoff (tenacity), each retry a resume in
+    this process — the session is reopened and what was committed is skipped, exactly as
+    ``--resume`` does. The unit retried is thus "the step since the last commit", not one write:
+    a write whose COMMIT reached the server but whose acknowledgement was lost would be written
+    twice by a blind retry of the write; the resume re-reads what is stored first.
 
     Args:
         cfg: the session's settings.
@@ -557,6 +599,8 @@ def run_session(
         on_episode: called with each finished episode's final state (tests use it).
         base_model: the base checkpoint the sleeps of ``--cycles`` train and load adapters on;
             default the embedded model (tests pass a tiny one).
+        lease: this process's lease of the session (the CLI takes it before loading models); None: one
+            is taken here and released at the end.
 
     Returns:
         The summary dict: session, episodes, rollouts, mean_reward, lessons_added,
@@ -564,31 +608,101 @@ def run_session(
         (``{"pass_at_1", "n", "ci95"}``), per-round statistics and wall time.
 
     Raises:
+        lessons.library.records.LeaseHeld: another live process runs the session (nothing written).
+        lessons.library.records.LeaseLost: another owner took the session over during the run.
+        lessons.db.faults.StoreFault: a persistent database or disk fault (full disk, read-only file,
+            permission), or a connection still lost after the retries; the session is marked
+            ``failed`` where the database still takes that write, else its lease expires.
         lessons.library.store.StoreError: the session exists (new), does not (resume), or sampled in
             another dtype than ``roles.solver`` (resume).
         KeyboardInterrupt: propagated after marking the session ``interrupted``.
     """
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
     t_start = time.perf_counter()
-    session_id = open_session(store, cfg, splits, session_name, resume, sampling_dtype(roles.solver))
-    run = SessionRun(cfg, store, roles, splits, session_name, session_id, console, checkpointer, on_episode, base_model)
+    own_lease = lease is None
+    lease = lease or SessionLease(store)
+    retrying = Retrying(
+        retry=retry_if_exception(is_transient), stop=stop_after_attempt(DB_RETRY_ATTEMPTS),
+        wait=wait_exponential(multiplier=DB_RETRY_FIRST_WAIT_S, max=DB_RETRY_MAX_WAIT_S),
+        before_sleep=_log_retry, reraise=True,
+    )
+    try:
+        for attempt in retrying:
+            with attempt:
+                again = attempt.retry_state.attempt_number > 1
+                if again and not resume:  # the first try may have created the session before the connection went
+                    resume = store.get_session(session_name) is not None
+                return _run_once(cfg, store, roles, splits, session_name, resume, console, checkpointer,
+                                 on_episode, base_model, lease, t_start)
+    except BaseException as e:
+        fault = classify(e)
+        if fault is None:
+            raise
+        if lease.session_id is not None:  # the session exists: mark it where the database still lets us
+            _mark_stopped(store, session_name, lease.session_id, "failed")
+        raise fault from None
+    finally:
+        if own_lease:
+            lease.release()
+    raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
+
+
+DB_RETRY_ATTEMPTS = 8  # tries of a session step that lost its database connection (the first included)
+DB_RETRY_FIRST_WAIT_S = 0.5  # first backoff, seconds; doubled each time (0.5, 1, 2, 4, 8, 15, 15: ~46 s in all)
+DB_RETRY_MAX_WAIT_S = 15.0  # longest backoff, seconds
+
+
+def _log_retry(state: Any) -> None:
+    """tenacity's ``before_sleep``: say on the log what failed and when the step is tried again."""
+    err = state.outcome.exception() if state.outcome is not None else None
+    wait = state.next_action.sleep if state.next_action is not None else 0.0
+    log.warning("database connection lost (%s); resuming the session in %.1f s (try %d of %d)",
+                classify(err) if err is not None else "?", wait, state.attempt_number + 1, DB_RETRY_ATTEMPTS)
+
+
+def _run_once(
+    cfg: SessionConfig, store: LessonStore, roles: Roles, splits: TaskSplits, session_name: str, resume: bool,
+    console: Console | None, checkpointer: Any, on_episode: Callable[[dict], None] | None, base_model: Path | None,
+    lease: SessionLease, t_start: float,
+) -> dict[str, Any]:
+    """One try of :func:`run_session`: open (or reopen) the session, run it, write its summary.
+
+    A database fault propagates unmarked (the caller resumes, or marks it once it gives up); any
+    other error marks the session ``failed`` (``interrupted`` for Ctrl-C) before it propagates.
+    """
+    session_id = open_session(store, cfg, splits, session_name, resume, sampling_dtype(roles.solver), lease)
+    run = SessionRun(cfg, store, roles, splits, session_name, session_id, console, checkpointer, on_episode,
+                     base_model, lease)
     try:
         run.run()
         return run.finish(t_start)  # inside: a Ctrl-C while the summary is built must not leave the session "running"
     except KeyboardInterrupt:
         _mark_stopped(store, session_name, session_id, "interrupted")
         raise
-    except BaseException:
-        _mark_stopped(store, session_name, session_id, "failed")
+    except BaseException as e:
+        if classify(e) is None:  # a database fault is marked by run_session, once its retries are spent
+            _mark_stopped(store, session_name, session_id, "failed")
         raise
     finally:
         run.close()
 
 
 def _mark_stopped(store: LessonStore, session_name: str, session_id: int, status: str) -> None:
-    """Mark a session that stopped ``interrupted`` / ``failed`` — unless its ``finished`` was already committed."""
-    info = store.get_session(session_name)
-    if info is None or info.status != "finished":
-        store.set_session_status(session_id, status)
+    """Mark a session that stopped ``interrupted`` / ``failed`` — unless its ``finished`` was already committed.
+
+    When the database refuses this write too (a full disk, a lost server) it is logged and left: the
+    session stays ``running`` in the database, and its lease, no longer renewed, expires — from then
+    on it shows as ``stopped`` and ``--resume`` continues it.
+    """
+    try:
+        info = store.get_session(session_name)
+        if info is None or info.status != "finished":
+            store.set_session_status(session_id, status)
+    except Exception as e:  # noqa: BLE001 - the fault that stopped the run may stop this write too
+        if classify(e) is None:
+            raise
+        log.info("could not mark session %r %s: %s", session_name, status, classify(e))  # info: stderr keeps one line
 
 
 def adapter_label(store: LessonStore, adapter: str | None) -> str | None:

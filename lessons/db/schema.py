@@ -158,6 +158,25 @@ class SessionRow(Base):
     evaluations: Mapped[list[EvaluationRow]] = relationship(back_populates="session", passive_deletes=True)
 
 
+class SessionLeaseRow(Base):
+    """Who runs a session now: one row while an ``arena run`` owns it, gone when it ends (:mod:`lessons.library.leases`).
+
+    The lease is live while ``expires_at`` is in the future; its owner renews it (heartbeat) and
+    deletes it at the end. A row whose ``expires_at`` has passed is a dead owner's: the next owner
+    replaces it.
+    """
+
+    __tablename__ = "session_leases"
+
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(100))  # a random id per process: "<host>:<pid>:<hex>"
+    host: Mapped[str] = mapped_column(String(255))  # the owner's host name
+    pid: Mapped[int] = mapped_column(Integer)  # the owner's process id on that host
+    acquired_at: Mapped[datetime]  # when this owner took the lease
+    renewed_at: Mapped[datetime]  # the last heartbeat
+    expires_at: Mapped[datetime]  # a dead owner's lease is taken over after this
+
+
 def _default_origin(context: Any) -> str:
     """The ``origin`` of a task row inserted without one: ``"file"`` for JSONL tasks, else ``"generator"``."""
     return "file" if context.get_current_parameters().get("source") == "jsonl" else "generator"

@@ -473,18 +473,34 @@ class Curator:
         session_id: int | None,
         after_episodes: int,
         prov: Provenance | None = None,
-    ) -> None:
+    ) -> bool:
         """Store a utility A/B of a lesson (see :mod:`arena.session.utility`) and apply the life cycle.
+
+        The check that this A/B is not stored yet, the row and the life-cycle move (PROMOTE / RETIRE)
+        read and write in the caller's ONE transaction (a write transaction: serialised with every
+        other writer), so an A/B recorded twice — two owners, or a check run again after a resume —
+        stores one row and moves the lesson once.
 
         Args:
             n: paired samples; pass_with / pass_without: pass@1 in [0, 1] with / without it;
             ci: 95% CI of the effect ``pass_with − pass_without``.
+            session_id, after_episodes: the check it belongs to; with a session, a second A/B of the same
+                lesson for the same check is skipped.
+
+        Returns:
+            Whether it was stored (False: this check's A/B of the lesson was stored already).
 
         Raises:
             CurationError: unknown lesson.
         """
         prov = prov or Provenance()
         row = self.lesson(lesson_id)
+        if session_id is not None and self.s.scalar(
+            select(LessonUtilityRow.id).where(LessonUtilityRow.lesson_id == row.id,
+                                              LessonUtilityRow.session_id == session_id,
+                                              LessonUtilityRow.after_episodes == after_episodes)
+        ) is not None:
+            return False
         effect = pass_with - pass_without
         self.s.add(
             LessonUtilityRow(
@@ -504,6 +520,7 @@ class Curator:
         row.utility, row.utility_lo, row.utility_hi, row.utility_n = effect, ci[0], ci[1], n
         self.rerank(row)
         self._life_cycle(row, prov)
+        return True
 
     # ------------------------------------------------------------------ life cycle
 

@@ -16,10 +16,27 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from lessons.ops import Reflection
+from lessons.vocab import STOPPED
 
 
 class StoreError(Exception):
     """A problem the user can fix (bad path, name taken, newer schema); one line, for stderr."""
+
+
+class LeaseHeld(StoreError):
+    """Another live process owns the session (:meth:`lessons.library.leases.LeaseRepository.acquire_lease`).
+
+    Attributes:
+        lease: the live owner's :class:`LeaseInfo`.
+    """
+
+    def __init__(self, message: str, lease: LeaseInfo) -> None:
+        super().__init__(message)
+        self.lease = lease
+
+
+class LeaseLost(StoreError):
+    """This process's lease of a session expired and was taken over, or was released under it."""
 
 
 # --------------------------------------------------------------------------- records in
@@ -105,6 +122,30 @@ class TaskInfo:
 
 
 @dataclass(frozen=True)
+class LeaseInfo:
+    """Who runs a session (:mod:`lessons.library.leases`), read at ``read_at`` (the database's clock)."""
+
+    session_id: int
+    owner: str  # the owner's random id, "<host>:<pid>:<hex>"
+    host: str
+    pid: int
+    acquired_at: datetime  # UTC
+    renewed_at: datetime  # UTC, the last heartbeat
+    expires_at: datetime  # UTC
+    read_at: datetime  # UTC: when this was read
+
+    @property
+    def live(self) -> bool:
+        """Whether the lease had not expired when it was read (an expired one is a dead owner's)."""
+        return self.expires_at > self.read_at
+
+    def describe(self) -> str:
+        """``host H pid P since T (lease expires at E)`` for one-line messages (UTC, to the second)."""
+        return (f"host {self.host} pid {self.pid} since {self.acquired_at:%Y-%m-%d %H:%M:%S} UTC "
+                f"(lease expires {self.expires_at:%Y-%m-%d %H:%M:%S} UTC unless renewed)")
+
+
+@dataclass(frozen=True)
 class SessionInfo:
     """A stored session."""
 
@@ -116,6 +157,26 @@ class SessionInfo:
     created_at: datetime  # UTC
     finished_at: datetime | None  # UTC
     summary: dict[str, Any] | None
+    lease: LeaseInfo | None = None  # its owner's lease, live or expired; None: nobody holds one
+
+    @property
+    def shown_status(self) -> str:
+        """The status to show: ``stopped`` for a ``running`` session without a live lease
+        (its process crashed or was killed; ``--resume`` continues it), else :attr:`status`."""
+        return shown_status(self.status, self.lease)
+
+
+
+def shown_status(status: str, lease: LeaseInfo | None) -> str:
+    """``stopped`` when ``status`` is ``running`` and ``lease`` is missing or expired, else ``status``.
+
+    Args:
+        status: the stored status (one of :data:`lessons.vocab.SESSION_STATUSES`).
+        lease: the session's lease as read, or None.
+    """
+    if status == "running" and (lease is None or not lease.live):
+        return STOPPED
+    return status
 
 
 @dataclass(frozen=True)

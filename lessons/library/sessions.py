@@ -13,7 +13,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from lessons.db.schema import EpisodeRow, SessionRow, TaskRow, utcnow
+from lessons.db.schema import EpisodeRow, SessionLeaseRow, SessionRow, TaskRow, utcnow
+from lessons.library.leases import DEFAULT_LEASE_TTL_S, LeaseOwner, database_now, lease_info, take_lease
 from lessons.library.records import SessionInfo, StoreError, TaskInfo, TaskLike
 from lessons.library.repository import Repository
 from lessons.vocab import SESSION_STATUSES, SPLITS
@@ -31,7 +32,8 @@ def require_session(s: Session, session_id: int) -> SessionRow:
     return row
 
 
-def _session_info(row: SessionRow) -> SessionInfo:
+def _session_info(row: SessionRow, s: Session) -> SessionInfo:
+    lease = s.get(SessionLeaseRow, row.id)
     return SessionInfo(
         id=row.id,
         name=row.name,
@@ -41,19 +43,24 @@ def _session_info(row: SessionRow) -> SessionInfo:
         created_at=row.created_at,
         finished_at=row.finished_at,
         summary=dict(row.summary) if row.summary is not None else None,
+        lease=None if lease is None else lease_info(lease, database_now(s)),
     )
 
 
 class SessionRepository(Repository):
     """Sessions (create, look up, set status, name) and their stored tasks."""
 
-    def create_session(self, name: str, config: dict[str, Any], seed: int) -> int:
-        """Create a session in status ``"running"``.
+    def create_session(self, name: str, config: dict[str, Any], seed: int, owner: LeaseOwner | None = None,
+                       lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> int:
+        """Create a session in status ``"running"``, with ``owner``'s lease in the same transaction.
 
         Args:
             name: unique session name (e.g. from :meth:`new_session_name`).
             config: the session's configuration, JSON-serialisable.
             seed: the session's random seed.
+            owner: the process that will run it (:class:`lessons.library.leases.LeaseOwner`): it holds the
+                session's lease from the moment the row exists, so no ``--resume`` can slip in between; None: no lease.
+            lease_ttl_s: seconds the lease lasts without a heartbeat.
 
         Returns:
             The new session's id.
@@ -67,13 +74,15 @@ class SessionRepository(Repository):
             row = SessionRow(name=name, config=dict(config), seed=int(seed), status="running")
             s.add(row)
             s.flush()
+            if owner is not None:
+                take_lease(s, row, owner, lease_ttl_s)
             return row.id
 
     def get_session(self, name: str) -> SessionInfo | None:
         """The session called ``name``, or None."""
         with self.read() as s:
             row = s.scalar(select(SessionRow).where(SessionRow.name == name))
-            return _session_info(row) if row is not None else None
+            return _session_info(row, s) if row is not None else None
 
     def set_session_status(self, session_id: int, status: str, summary: dict[str, Any] | None = None) -> None:
         """Set a session's status; ``finished_at`` becomes now (None again for ``"running"``).

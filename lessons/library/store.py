@@ -6,6 +6,7 @@ otherwise) whose schema is :mod:`lessons.db.schema`, opened, checked and migrate
 aggregate, each in its own module:
 
 - :class:`~lessons.library.sessions.SessionRepository`: sessions and their tasks;
+- :class:`~lessons.library.leases.LeaseRepository`: the one owner of a running session (its lease);
 - :class:`~lessons.library.episodes.EpisodeRepository`: episodes, rollouts, hints, and the
   curation an episode's reflection applies;
 - :class:`~lessons.library.lessons.LessonRepository`: lesson reads, counts, audit events,
@@ -32,6 +33,7 @@ from __future__ import annotations
 from lessons.db.engine import SQLITE_BUSY_TIMEOUT_MS, check_database
 from lessons.library.episodes import EpisodeRepository
 from lessons.library.evaluations import EvaluationRepository
+from lessons.library.leases import LeaseRepository
 from lessons.library.lessons import LessonRepository
 from lessons.library.records import (
     EpisodeRecord,
@@ -41,6 +43,9 @@ from lessons.library.records import (
     GroupOutcome,
     HintInfo,
     HintRecord,
+    LeaseHeld,
+    LeaseInfo,
+    LeaseLost,
     LessonInfo,
     RolloutRecord,
     SessionInfo,
@@ -64,6 +69,9 @@ __all__ = [
     "HintInfo",
     "HintRecord",
     "LessonInfo",
+    "LeaseHeld",
+    "LeaseInfo",
+    "LeaseLost",
     "LessonStore",
     "RolloutRecord",
     "SessionInfo",
@@ -75,7 +83,8 @@ __all__ = [
 ]
 
 
-class LessonStore(SessionRepository, EpisodeRepository, LessonRepository, SearchRepository, EvaluationRepository):
+class LessonStore(SessionRepository, LeaseRepository, EpisodeRepository, LessonRepository, SearchRepository,
+                  EvaluationRepository):
     """The lesson library: sessions, tasks, episodes, rollouts, lessons and their audit log.
 
     Args:

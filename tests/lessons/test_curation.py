@@ -162,6 +162,41 @@ def test_measured_utility_promotes_or_retires_with_reason(store: LessonStore) ->
     assert store.utility_history(a)[0]["effect"] == pytest.approx(0.4)
 
 
+def test_one_checks_utility_ab_recorded_twice_stores_one_row_and_moves_the_lesson_once(library_url: str) -> None:
+    """Issue 32 §1: two owners (or a check run again after a resume) record the same A/B at the same instant:
+    the "not stored yet" read, the row and the life-cycle move are one write transaction, so one wins."""
+    import threading
+
+    with LessonStore(library_url) as st:
+        sid = st.create_session("s", {}, 0)
+        a = add(st, DISTINCT_LESSONS[0])
+    stores = [LessonStore(library_url) for _ in range(4)]
+    start = threading.Barrier(len(stores))
+    stored: list[bool] = []
+
+    def record(st: LessonStore) -> None:
+        start.wait()
+        with st.curate() as c:
+            stored.append(c.record_utility(a, n=32, pass_with=0.1, pass_without=0.5, ci=(-0.6, -0.2), task_keys=["t"],
+                                           session_id=sid, after_episodes=4))
+
+    threads = [threading.Thread(target=record, args=(st,)) for st in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert sorted(stored) == [False, False, False, True]
+        assert len(stores[0].utility_history(a)) == 1
+        assert [e.op for e in stores[0].lesson_events(a)].count("RETIRE") == 1
+        with stores[0].curate() as c:  # another check (another episode count) is a new A/B
+            assert c.record_utility(a, n=32, pass_with=0.1, pass_without=0.5, ci=(-0.6, -0.2), task_keys=["t"],
+                                    session_id=sid, after_episodes=8)
+    finally:
+        for st in stores:
+            st.close()
+
+
 def test_votes_do_not_promote_a_lesson_whose_measured_utility_says_otherwise(store: LessonStore) -> None:
     """Found by a new user: one reflection (a helpful tag plus a near-duplicate ADD) gave a lesson 2 votes and made it
     active although its A/B was -0.125 [-0.344, +0.061]. A measurement outranks the teacher's votes."""

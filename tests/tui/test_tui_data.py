@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,24 @@ def test_sessions_table_values(data: ArenaData):
     assert alpha.mean_reward == pytest.approx(5 / 12)  # 2 + 0 + 3 successes of 12 unguided rollouts
     assert (alpha.pass_before, alpha.pass_after) == (0.25, 0.5)  # 1/4 and 2/4
     assert f"{alpha.started:%Y-%m-%d %H:%M}" == "2025-03-14 09:00"
+
+
+def test_a_running_session_whose_owner_died_shows_stopped_and_the_fingerprint_moves(data: ArenaData):
+    """Issue 32 §1: a crashed run is never left "running" forever: once its lease expires it lists as stopped."""
+    from sqlalchemy import update
+
+    from lessons.db.schema import SessionLeaseRow
+    from lessons.library.leases import LeaseOwner
+
+    fp = data.fingerprint()
+    beta = data.store.get_session("run-beta")
+    with data.store.write() as s, s.begin():  # the owner died an hour ago: its lease ran out
+        s.execute(update(SessionLeaseRow).values(expires_at=beta.created_at - timedelta(hours=1)))
+    assert data.store.get_session("run-beta").status == "running"  # the stored status is what it was
+    assert data.sessions()[0].status == "stopped"
+    assert data.fingerprint() != fp  # the TUI redraws though nothing else was written
+    data.store.acquire_lease(beta.id, LeaseOwner("next:2:1", "next", 2), ttl_s=3600)  # a --resume took it over
+    assert data.sessions()[0].status == "running"
 
 
 def test_episodes_of_a_session(data: ArenaData):

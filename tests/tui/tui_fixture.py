@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lessons.library.curation import Provenance
+from lessons.library.leases import LeaseOwner
 from lessons.library.store import EpisodeRecord, HintRecord, LessonStore, RolloutRecord
 from lessons.ops import AddOp, LessonTag, Reflection
 
@@ -117,7 +118,9 @@ def build(path: Path | str) -> Path | str:
         )
         store.record_evaluation(sid, "heldout_after", "heldout", True, [1, 1, 0, 0], (0.15, 0.85), {})
         store.set_session_status(sid, "finished", {"episodes": 3})
-        store.create_session("run-beta", {"families": ["chain_sum"]}, seed=1)
+        # a live run: its lease (held for ten years) keeps it "running"; without one it would show "stopped"
+        store.create_session("run-beta", {"families": ["chain_sum"]}, seed=1,
+                             owner=LeaseOwner("fixture:1:0", "fixture", 1), lease_ttl_s=10 * 365 * 86400.0)
         by_hand = Provenance(origin={"by": "cli"})
         with store.curate() as c:
             c.add("Write the final answer alone on the last line.", "global", "hand-written", by_hand, status="active")

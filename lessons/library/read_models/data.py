@@ -19,8 +19,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from lessons.db.schema import EpisodeRow, EvaluationRow, LessonEventRow, LessonRow, SessionRow
+from lessons.db.schema import EpisodeRow, EvaluationRow, LessonEventRow, LessonRow, SessionLeaseRow, SessionRow
 from lessons.library.curation import CurationError, CurationPolicy, CurationResult, Provenance, TokenCounter
+from lessons.library.leases import database_now
 from lessons.library.read_models.adapters import AdapterReads
 from lessons.library.read_models.lessons import LessonReads
 from lessons.library.read_models.sessions import SessionReads
@@ -109,6 +110,9 @@ class ArenaData(SessionReads, LessonReads, AdapterReads):
             return (
                 s.scalar(select(func.max(SessionRow.id))),
                 s.scalar(select(func.count()).select_from(SessionRow).where(SessionRow.status == "running")),
+                # live leases: a crashed run's expiry turns it "stopped" without any write
+                s.scalar(select(func.count()).select_from(SessionLeaseRow)
+                         .where(SessionLeaseRow.expires_at > database_now(s))),
                 s.scalar(select(func.max(SessionRow.finished_at))),
                 s.scalar(select(func.max(EpisodeRow.id))),
                 s.scalar(select(func.max(EvaluationRow.created_at))),

@@ -21,10 +21,12 @@ from lessons.db.schema import (
     LessonEventRow,
     LessonRow,
     RolloutRow,
+    SessionLeaseRow,
     SessionRow,
     TaskRow,
 )
 from lessons.library.curation import approx_tokens
+from lessons.library.leases import database_now, lease_info
 from lessons.library.life_cycle import REPLAY_OPS, StatusHistory, replay_status
 from lessons.library.read_models.views import (
     EpisodeDetail,
@@ -34,6 +36,7 @@ from lessons.library.read_models.views import (
     RolloutView,
     SessionSummary,
 )
+from lessons.library.records import shown_status
 from lessons.library.store import EventInfo, LessonStore
 from lessons.outcomes import HELDOUT_AFTER, HELDOUT_BEFORE, mean_pass_at_k
 from lessons.vocab import LESSON_STATUSES, LIVE_STATUSES
@@ -122,6 +125,8 @@ class SessionReads:
                     )
                 )
             }
+            now = database_now(s)
+            leases = {row.session_id: lease_info(row, now) for row in s.scalars(select(SessionLeaseRow))}
             out = []
             for r in rows:
                 n_ep, rnd = ep.get(r.id, (0, 0))
@@ -131,7 +136,7 @@ class SessionReads:
                         id=r.id,
                         name=r.name,
                         started=r.created_at,
-                        status=r.status,
+                        status=shown_status(r.status, leases.get(r.id)),  # "stopped": running, but its owner is gone
                         rounds=int(rnd or 0),
                         episodes=int(n_ep),
                         rollouts=int(n_ro),

@@ -16,7 +16,7 @@ class SessionSummary:
     id: int
     name: str
     started: datetime  # UTC
-    status: str  # running | finished | failed | interrupted
+    status: str  # running | finished | failed | interrupted, or stopped: running without a live owner (crashed; resumable)
     rounds: int  # highest round with a recorded episode (0: none yet)
     episodes: int
     rollouts: int  # guided included

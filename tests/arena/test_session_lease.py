@@ -1,0 +1,100 @@
+"""One session has one owner (issue 32 §1), with real `arena run` processes on SQLite and PostgreSQL.
+
+Two ``arena run --resume`` of one session at once: exactly one refuses, with exit 2 and one line
+naming the live owner, having written nothing; the other finishes, and the library then holds
+exactly the rows of an uninterrupted run. A killed run's lease is refused while it lasts and
+taken over once it expires.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from fault_scripts import content
+from db_scripts import finish, run_args, slow_server, start_run, table_counts, wait_for_episodes, write_tasks
+
+from lessons.library.store import LessonStore
+
+
+@pytest.fixture
+def baseline(fault_server, tmp_path_factory):
+    """Row counts of one uninterrupted run of the test's command (in a library of its own, same backend)."""
+    def counts(db: str, tasks) -> dict[str, int]:
+        cwd = tmp_path_factory.mktemp("baseline")
+        code, _, err = finish(start_run(fault_server(["normal"], content=content), run_args(db, tasks, "--session", "s"),
+                                        cwd))
+        assert code == 0, err[-2000:]
+        return table_counts(db)
+
+    return counts
+
+
+def _other_library(request, library_url: str, tmp_path) -> str:
+    if library_url.startswith("postgresql"):
+        server = request.getfixturevalue("postgres_server")
+        name, url = server.create()
+        request.addfinalizer(lambda: server.drop(name))
+        return url
+    return str(tmp_path / "baseline.db")
+
+
+def test_two_resumes_at_once_one_refuses_and_the_rows_equal_an_uninterrupted_run(
+        fault_server, library_url, tmp_path, request, baseline):
+    tasks = write_tasks(tmp_path / "adding.jsonl")
+    expected = baseline(_other_library(request, library_url, tmp_path), tasks)
+    server = slow_server(fault_server)
+    first = start_run(server, run_args(library_url, tasks, "--session", "s"), tmp_path)
+    wait_for_episodes(library_url, "s", 1, first)
+    first.send_signal(signal.SIGTERM)  # stops like Ctrl-C: marked interrupted, lease released
+    code, _, err = finish(first)
+    assert code == 130, err[-2000:]
+
+    a, b = (start_run(server, run_args(library_url, tasks, "--resume", "s"), tmp_path) for _ in range(2))
+    results = {p.pid: finish(p) for p in (a, b)}
+    refused = [pid for pid, (code, _, _) in results.items() if code == 2]
+    done = [pid for pid, (code, _, _) in results.items() if code == 0]
+    assert len(refused) == 1 and len(done) == 1, {pid: (c, e[-600:]) for pid, (c, _, e) in results.items()}
+    _, out, err = results[refused[0]]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and out == "", err
+    assert lines[0].startswith("arena: error: session 's' is being run by host ")
+    assert f" pid {done[0]} since " in lines[0] and "lease expires " in lines[0]
+    assert "Traceback" not in err
+    assert table_counts(library_url) == expected  # no row twice, none missing
+    with LessonStore(library_url) as st:
+        info = st.get_session("s")
+        assert info.status == "finished" and info.lease is None  # released at the end
+
+
+def test_a_killed_runs_lease_is_refused_until_it_expires_then_resume_takes_over(
+        fault_server, library_url, tmp_path, request, baseline):
+    tasks = write_tasks(tmp_path / "adding.jsonl")
+    expected = baseline(_other_library(request, library_url, tmp_path), tasks)
+    server = slow_server(fault_server)
+    ttl = 4.0
+    first = start_run(server, run_args(library_url, tasks, "--session", "s", "--lease-ttl", str(ttl)), tmp_path)
+    wait_for_episodes(library_url, "s", 1, first)
+    first.kill()  # SIGKILL: no clean-up at all, the lease stays behind
+    first.wait()
+    killed_at = time.monotonic()
+
+    code, out, err = finish(start_run(server, run_args(library_url, tasks, "--resume", "s"), tmp_path))
+    with LessonStore(library_url) as st:
+        info = st.get_session("s")
+    if time.monotonic() - killed_at < ttl - 0.5:  # still within the dead owner's lease
+        assert code == 2 and len(err.strip().splitlines()) == 1 and f" pid {first.pid} since " in err, err
+        assert info.shown_status == "running"
+    while True:
+        with LessonStore(library_url) as st:
+            info = st.get_session("s")
+        if info.shown_status != "running":
+            break
+        assert time.monotonic() - killed_at < ttl + 5, "the dead owner's lease never expired"
+        time.sleep(0.2)
+    assert (info.status, info.shown_status) == ("running", "stopped")  # crashed: never left "running" for ever
+
+    code, out, err = finish(start_run(server, run_args(library_url, tasks, "--resume", "s"), tmp_path))
+    assert code == 0, err[-2000:]
+    assert table_counts(library_url) == expected
