@@ -15,13 +15,19 @@ never ungraded, never reward-hack flagged), one per rollout, in recording order.
   Guide authors' verl fork reads it ("" when the group needed none).
 
 ``OUT/train.parquet`` and the sidecar ``OUT/arena_export.json`` (session, library, format, rows,
-rollout ids, columns, time) are written; an existing export in ``OUT`` is never overwritten.
+rollout ids, columns, the data file's size and SHA-256, time) are written, each to a temporary name
+first and renamed into place — the data, then the sidecar. The sidecar is what makes an export
+complete: an export in ``OUT`` (a sidecar) is never overwritten, while a data file without its
+sidecar is what a failure or kill between the two renames leaves, and a retry replaces it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -99,14 +105,16 @@ def export_rollouts(store: LessonStore, db: str, session: str, fmt: str, out: Pa
         db: its path or URL (recorded in the sidecar).
         session: the session's name.
         fmt: one of :data:`FORMATS`.
-        out: the output directory (created when missing; must not hold an export already).
+        out: the output directory (created when missing; must not hold an export already: a
+            sidecar; a data file without one, left by an interrupted export, is replaced).
 
     Returns:
         The :class:`ExportInfo`.
 
     Raises:
         ExportError: unknown format or session, no eligible rollout, an export already in ``out``,
-            ``out`` not creatable, or the ``datasets`` package missing.
+            ``out`` not creatable or not writable (then neither file is left in place), or the
+            ``datasets`` package missing.
     """
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -114,7 +122,7 @@ def export_rollouts(store: LessonStore, db: str, session: str, fmt: str, out: Pa
         raise ExportError(f"no session named {session!r} in {db}")
     rollouts = AdapterStore(store).training_rollouts(session)
     if not rollouts:
-        raise ExportError(f"session {session!r} has no train rollout to export (none recorded, or all ungraded or flagged)")
+        raise ExportError(f"session {session!r} has no train rollout to export (none recorded, or none may be trained on: ungraded, oversized, flagged)")
     tasks = {t.task_key: t for t in store.stored_tasks(session, "train")}
     rows = [hf_row(r, tasks[r.task_key]) if fmt == "hf" else verl_row(r, tasks[r.task_key], i)
             for i, r in enumerate(rollouts)]
@@ -123,22 +131,49 @@ def export_rollouts(store: LessonStore, db: str, session: str, fmt: str, out: Pa
     except ImportError:
         raise ExportError("arena export needs the `datasets` package: pip install -e '.[test]' (or pip install datasets)") from None
     path, sidecar = out / DATA_FILE, out / SIDECAR
-    if path.exists() or sidecar.exists():
-        raise ExportError(f"{out} already holds an export ({DATA_FILE}); choose another OUT or remove it")
+    if sidecar.exists():
+        raise ExportError(f"{out} already holds an export ({SIDECAR}); choose another OUT or remove it")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ExportError(f"cannot create {out}: {e.strerror or e}") from None
-    tmp = out / f".{DATA_FILE}.{os.getpid()}.tmp"
-    try:
-        Dataset.from_list(rows).to_parquet(str(tmp))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     info = ExportInfo(path, sidecar, len(rows), len({_group_id(r) for r in rollouts}), sum(r.guided for r in rollouts))
     meta = {"format": fmt, "session": session, "db": redact_credentials(db), "rows": info.rows, "groups": info.groups, "guided": info.guided,
             "rollout_ids": [r.rollout_id for r in rollouts], "columns": list(rows[0]),
             "reward_function": "arena.rewards.trl_reward" if fmt == "hf" else "arena.rewards.compute_score",
             "created_at": datetime.now(UTC).isoformat()}
-    sidecar.write_text(json.dumps(meta, indent=1) + "\n")
+    try:
+        _write_into_place(path, lambda tmp: Dataset.from_list(rows).to_parquet(str(tmp)))
+        meta["data_bytes"], meta["data_sha256"] = path.stat().st_size, _sha256(path)
+        _write_into_place(sidecar, lambda tmp: tmp.write_text(json.dumps(meta, indent=1) + "\n"))
+    except BaseException as e:  # a full disk, a read-only OUT, Ctrl-C: nothing that looks like an export is left
+        path.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise ExportError(f"cannot write the export to {out}: {e.strerror or e}") from None
+        raise
     return info
+
+
+def _write_into_place(target: Path, write: Callable[[Path], object]) -> None:
+    """``write`` a temporary file beside ``target``, then rename it to ``target`` (atomic on one filesystem).
+
+    The temporary file is removed when ``write`` or the rename fails; a kill can leave it behind
+    under a hidden name (``.train.parquet.*.tmp``), which blocks nothing.
+    """
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    """The SHA-256 of a file, hex."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -242,6 +242,8 @@ def print_summary(summary: dict, console: Console) -> None:
         "lessons_retired", "library_tokens_used", "utility_checks", "reflections_failed", "curation_rejected",
     ):
         t.add_row(key.replace("_", " "), str(summary.get(key)))
+    if summary.get("utility_skipped"):
+        t.add_row("utility A/B skipped", summary["utility_skipped"])
     faults = summary.get("faults") or {}
     t.add_row("faults", ", ".join(f"{k} {v}" for k, v in faults.items()) or "none")
     t.add_row("all-fail groups → guided", f"{summary.get('all_fail_groups')} → {summary.get('guided_groups')} "

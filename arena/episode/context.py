@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from agents.policy import Policy
 from arena.episode.rewards import RewardStrategy, VerifierReward
 from arena.tasks.model import Task
-from lessons.library.rubrics import RubricStore
 from lessons.library.store import LessonStore
 
 
@@ -83,8 +82,6 @@ class EpisodeContext:
             state. The session's curriculum adds proposed tasks to the same mapping.
         settings: sampling settings.
         reward: the reward strategy of the grade nodes (:mod:`arena.episode.rewards`).
-        rubric_store: where ``curate`` stores rubric grading (verdicts, status, hack flags);
-            needed with a rubric reward, None otherwise.
     """
 
     roles: Roles
@@ -92,7 +89,6 @@ class EpisodeContext:
     tasks: Mapping[str, Task]
     settings: EpisodeSettings
     reward: RewardStrategy
-    rubric_store: RubricStore | None = None
     reflection_budget: ReflectionBudget | None = None  # the round's reflections left (reset by the runner each round)
 
     @classmethod
@@ -103,19 +99,18 @@ class EpisodeContext:
         tasks: Mapping[str, Task],
         settings: EpisodeSettings,
         reward: RewardStrategy | None = None,
-        rubric_store: RubricStore | None = None,
     ) -> EpisodeContext:
         """The context of a session's episodes.
 
         Args:
-            roles, store, tasks, settings, rubric_store: as the attributes.
+            roles, store, tasks, settings: as the attributes.
             reward: the reward strategy; None: the verifier, with ``roles.critic``'s critiques.
 
         Returns:
             The context to pass to every run of the graph.
         """
         strategy = reward if reward is not None else VerifierReward(roles.critic)
-        return cls(roles, store, tasks, settings, strategy, rubric_store, ReflectionBudget(settings.reflections_per_round))
+        return cls(roles, store, tasks, settings, strategy, ReflectionBudget(settings.reflections_per_round))
 
     def task(self, task_key: str) -> Task:
         """The task of an episode (``state["task_key"]``).

@@ -39,7 +39,6 @@ from arena.episode.context import EpisodeContext, EpisodeSettings, Roles
 from arena.episode.rewards import RewardStrategy
 from arena.episode.state import EpisodeState
 from arena.tasks.model import Task
-from lessons.library.rubrics import RubricStore
 from lessons.library.store import LessonStore
 
 
@@ -115,7 +114,6 @@ def build_episode_graph(
     settings: EpisodeSettings,
     checkpointer: BaseCheckpointSaver | None = None,
     reward: RewardStrategy | None = None,
-    rubric_store: RubricStore | None = None,
 ) -> EpisodeGraph:
     """Compile the episode graph and bind it to its context.
 
@@ -127,12 +125,10 @@ def build_episode_graph(
         checkpointer: a LangGraph checkpointer (``SqliteSaver`` in the app, ``InMemorySaver`` in tests).
         reward: the reward strategy of the grade nodes (:mod:`arena.episode.rewards`); default the
             verifier with ``roles.critic``'s critiques.
-        rubric_store: where ``curate`` stores rubric grading (verdicts, status, hack flags);
-            needed with a rubric reward.
 
     Returns:
         An :class:`EpisodeGraph`; invoke it with an :class:`EpisodeState` input and
         ``{"configurable": {"thread_id": ...}}``.
     """
-    context = EpisodeContext.create(roles, store, tasks, settings, reward, rubric_store)
+    context = EpisodeContext.create(roles, store, tasks, settings, reward)
     return EpisodeGraph(compile_episode_graph(checkpointer), context)

@@ -32,7 +32,8 @@ from arena.episode.state import (
     to_completion,
 )
 from arena.tasks.verify import has_verifier
-from lessons.library.rubrics import eligible_for_training
+from lessons.library.records import CriterionVerdict, RolloutGrading
+from lessons.library.rubrics import eligible_for_reflection
 from lessons.library.store import EpisodeRecord, HintRecord, RolloutRecord
 from lessons.ops import Reflection
 from lessons.outcomes import passes
@@ -119,7 +120,7 @@ def _no_reflection(error: str | None = None) -> dict:
 
 def _usable(ctx: EpisodeContext, g: GradeEntry) -> bool:
     """Ungraded rollouts and (by default) reward-hack-flagged ones are not reflected on."""
-    return eligible_for_training(GradeStatus.of(g), include_flagged=ctx.settings.include_flagged)
+    return eligible_for_reflection(GradeStatus.of(g), include_flagged=ctx.settings.include_flagged)
 
 
 # --------------------------------------------------------------------------- nodes
@@ -295,9 +296,24 @@ def _completion_tokens(c: CompletionEntry, max_tokens: int) -> int:
     return min(n, max_tokens) if c.get("fault") == "oversized" else n
 
 
+def _rubric_grading(g: GradeEntry) -> RolloutGrading | None:
+    """The grading record of a rubric grade (stored with its rollout); None for a verifier's grade."""
+    kind = g.get("reward_kind")
+    if not kind or kind == "verifier":
+        return None
+    return RolloutGrading(
+        graded=bool(g.get("graded", True)), reward_kind=kind, rubric_id=g.get("rubric_id"),
+        judge_rating=g.get("judge_rating"), verifier_reward=g.get("verifier_reward"),
+        hack_flags=list(g.get("hack_flags") or []),
+        verdicts=[CriterionVerdict(int(v["criterion_id"]), bool(v["met"]), str(v.get("reason") or ""))
+                  for v in g.get("verdicts") or [] if v.get("criterion_id") is not None],
+    )
+
+
 def _rollout_records(state: EpisodeState, completions: list[CompletionEntry], grades: list[GradeEntry],
                      messages: list[dict[str, str]], guided: bool, start: int, max_tokens: int) -> list[RolloutRecord]:
-    """The store records of one group's rollouts, numbered from ``start``; ``fault`` from the completion or its grade."""
+    """The store records of one group's rollouts, numbered from ``start``; ``fault`` from the completion or its
+    grade; a rubric grade's grading record (status, hack flags, verdicts) goes with its rollout."""
     return [
         RolloutRecord(
             idx=start + i,
@@ -316,6 +332,7 @@ def _rollout_records(state: EpisodeState, completions: list[CompletionEntry], gr
             unguided_messages=state["messages"] if guided else None,
             # an ungraded rollout records why (a verifier crash over an "oversized" cut it also had)
             fault=(g.get("fault") if g["reward"] is None else None) or c.get("fault") or g.get("fault"),
+            grading=_rubric_grading(g),
         )
         for i, (c, g) in enumerate(zip(completions, grades))
     ]
@@ -337,7 +354,8 @@ def _episode_error(state: EpisodeState) -> str | None:
 def curate(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
     """Record the episode (rollouts, reflection, hint) and apply its lesson ops in one idempotent transaction.
 
-    With a rubric reward the rollouts' rubric grading is stored too. Writes ``episode_id`` and
+    With a rubric reward the rollouts' rubric grading (status, hack flags, verdicts) is part of
+    that transaction, so a kill leaves either all of it or nothing. Writes ``episode_id`` and
     ``lessons_added``; an episode already recorded (resumed after the write, before the
     checkpoint) writes nothing and returns ``episode_id`` None.
     """
@@ -369,9 +387,6 @@ def curate(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
             adapter_id=ctx.settings.adapter_id,
         )
     )
-    if ctx.rubric_store is not None and ctx.reward.kind != "verifier":  # idempotent: runs again on a resumed curate
-        all_grades = list(state["grades"]) + (list(state.get("guided_grades") or []) if h else [])
-        ctx.rubric_store.record_grading(state["session_id"], state["episode_key"], dict(enumerate(all_grades)))
     if result is None:
         return {"episode_id": None, "lessons_added": []}
     return {"episode_id": result.episode_id, "lessons_added": list(result.lessons_added)}

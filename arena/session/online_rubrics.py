@@ -7,6 +7,12 @@ as an earlier adapter), and ask the teacher for criteria that separate the two s
 rubric lacks. Proposals are validated as RaR criteria, deduplicated against the rubric and each
 other (:func:`dedupe_criteria`), and stored as a new rubric version whose new criteria link to the
 rollouts that motivated them (:meth:`lessons.library.rubrics.RubricStore.add_version`).
+
+Which episodes make a batch comes from the database (:func:`due_batch`): the k-th batch is the
+session's recorded episodes k·N+1 … (k+1)·N in recording order, so a resumed session keeps the
+same batches as an uninterrupted one, and the batch that was due when a run was killed is
+updated after the resume (a batch whose update had already run before the kill is proposed
+again once; its criteria are then near-duplicates of the version it added and are dropped).
 """
 
 from __future__ import annotations
@@ -191,6 +197,28 @@ class OnlineUpdate:
     version: RubricInfo | None  # the new version, or None when nothing was added
     rejected: list[str]
     error: str | None
+
+
+def due_batch(recorded: Sequence[str], every: int, catch_up: bool = False) -> list[str]:
+    """The episode keys of the online-rubric batch due now, or [] when none is.
+
+    Args:
+        recorded: the session's recorded episode keys in recording order
+            (:meth:`lessons.library.episodes.EpisodeRepository.recorded_episode_keys`).
+        every: ``--online-rubrics N`` (0: off).
+        catch_up: the first call of a process (a resume): the latest complete batch is due even
+            when episodes have been recorded after it (its update may have been lost in a kill).
+
+    Returns:
+        The ``every`` keys of the batch that ends at the latest multiple of ``every`` — when the
+        count is exactly that multiple, or with ``catch_up`` — else [].
+    """
+    if every <= 0:
+        return []
+    end = len(recorded) - len(recorded) % every
+    if end == 0 or (end != len(recorded) and not catch_up):
+        return []
+    return list(recorded[end - every:end])
 
 
 def update_rubrics(

@@ -37,6 +37,7 @@ from arena.session.lease import SessionLease
 from arena.session.cycles import HeldoutEvals, Solver, adapter_solver, cycle_adapters, cycle_rounds, sleep
 from arena.session.rounds import Episode, RoundBar, run_round
 from arena.session.summary import build_summary, online_rubrics_summary
+from arena.session.online_rubrics import due_batch
 from arena.session.utility import UtilitySettings, maybe_check_utility, validation_tasks
 from arena.tasks.identity import task_identity
 from arena.tasks.model import Task, TaskSplits
@@ -358,7 +359,7 @@ class SessionRun:
         # tasks beyond the train tasks that the utility A/B needs (--utility-tasks), never trained on
         top_up = cfg.utility_tasks - cfg.train_tasks if cfg.utility_every > 0 else 0
         self.validation = validation_tasks(cfg.families, top_up, cfg.seed, {task_identity(t) for t in tasks})
-        self.online_due: list[str] = []  # episode keys since the last online-rubric update
+        self.caught_up = False  # the first curated episode of this process also runs work due before a kill
         self.online_log: list[Any] = []  # OnlineUpdate per task per update, for the summary
         self.curriculum = SessionCurriculum(
             CurriculumSettings(
@@ -454,7 +455,7 @@ class SessionRun:
         self.roles = replace(self.roles, solver=self.solver.policy)
         self.settings = replace(self.settings, adapter_id=self.solver.adapter_id, exclude_lessons=self.solver.exclude)
         graph = build_episode_graph(self.roles, self.store, self.task_by_key, self.settings, self.checkpointer,
-                                    reward=self.reward, rubric_store=self.rubric_store)
+                                    reward=self.reward)
         for rnd in cycle_rounds(self.cfg, cycle):
             self.run_one_round(graph, rnd)
         if self.cfg.sleep is None:
@@ -491,13 +492,13 @@ class SessionRun:
         self.check_lease()
         if self.on_episode:
             self.on_episode(final)
-        self.online_due.append(episode.key)
-        if cfg.online_rubrics and len(self.online_due) >= cfg.online_rubrics:
+        catch_up, self.caught_up = not self.caught_up, True  # a resume's first episode: work due at the kill too
+        batch = due_batch(self.store.recorded_episode_keys(self.session_id), cfg.online_rubrics, catch_up)
+        if batch:
             self.online_log += _online_rubrics_update(cfg, self.rubric_store, self.session_id, self.roles,
-                                                      self.task_by_key, self.online_due)
-            self.online_due = []
+                                                      self.task_by_key, batch)
         maybe_check_utility(self.store, self.solver.policy, self.session_id, [*round_tasks, *self.validation],
-                            self.utility, cfg.seed)
+                            self.utility, cfg.seed, catch_up)
 
     def sleep(self, cycle: int) -> None:
         """The sleep of ``cycle`` (:func:`arena.session.cycles.sleep`); with too little data it is refused."""

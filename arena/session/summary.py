@@ -16,6 +16,7 @@ from arena.config import SessionConfig
 from arena.evaluation import paired
 from arena.session.curriculum import curriculum_summary
 from arena.session.cycles import HeldoutEvals, cycle_adapters, cycle_rounds
+from arena.session.utility import utility_skip_reason
 from arena.stats import mean_pass_at_k
 from lessons.library.rubrics import RubricStore
 from lessons.library.store import EvaluationInfo, LessonStore
@@ -95,6 +96,7 @@ def build_summary(store: LessonStore, session_id: int, session_name: str, cfg: S
         "library_tokens_used": store.library_tokens_used(),
         "library_tokens": cfg.library_tokens,
         "utility_checks": len(store.utility_checks(session_id)),
+        "utility_skipped": utility_skip_reason(store.stored_tasks(session_name, "train"), cfg.utility_every),
         "reflections_failed": stats.get("reflections_failed", 0),
         "curation_rejected": stats.get("curation_rejected", 0),
         "faults": store.fault_counts(session_id),  # endpoint faults by kind (rollouts and held-out tasks)

@@ -23,6 +23,18 @@ retrieval prior, and moves the lesson along its life cycle (:mod:`lessons.librar
 promoted when the interval is above 0, retired when it is below. Held-out tasks are never used:
 the A/B selects lessons, and selecting on the held-out split would bias its before/after.
 
+Outcomes are the verifier's pass / fail. Rubric-only tasks (a rubric and no verifiable answer)
+are left out of the A/B: judging both arms would cost a judge call per completion — 2 × 96 per
+lesson by default, each as long as an episode's grading — which is more than the rest of a
+session on the embedded models; a lesson whose family has no verifiable task is not measured,
+and :func:`utility_skip_reason` says so in the session summary (its votes still move it). Tasks
+with both a rubric and an answer are measured with the verifier.
+
+The cadence is derived from the database, not from a counter in memory: a check is due when the
+number of stored episodes reaches a multiple of ``--utility-every``, and the first check of a
+process also catches up on the latest such mark that has no stored result — the check that was
+due when a killed run stopped (:func:`maybe_check_utility`).
+
 This is the lesson-level ablation ExpeL and ACE leave to votes; Karpathy's "system prompt
 learning" asks for exactly this check before a lesson is trusted.
 """
@@ -33,6 +45,7 @@ import logging
 import random
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agents.policy import EndpointFault, Policy, sample_many
 from agents.roles.solver import LessonView, render_lessons, solver_messages
@@ -41,7 +54,7 @@ from arena.tasks.extract import extract_answer
 from arena.tasks.gym import make_slot_tasks, parse_family_spec
 from arena.tasks.model import Task, TaskError, VerifierError
 from arena.tasks.seeds import SEED_BLOCK, max_draws
-from arena.tasks.verify import score
+from arena.tasks.verify import has_verifier, score
 from lessons.library.curation import Provenance
 from lessons.library.retrieval import rank_lessons
 from lessons.library.store import LessonInfo, LessonStore
@@ -206,7 +219,8 @@ def run_utility_check(
 
     Tasks for a lesson are drawn (seeded by ``seed`` and ``after_episodes``) from ``train_tasks``
     (the round's train tasks and the session's :func:`validation_tasks`) of its family, or from all
-    of them for a global lesson; a lesson with no such task is skipped. Each result is stored with :meth:`lessons.library.curation.Curator.record_utility`
+    of them for a global lesson, those with a verifier only (rubric-only tasks would need the
+    judge: see the module docstring); a lesson with no such task is skipped. Each result is stored with :meth:`lessons.library.curation.Curator.record_utility`
     in its own transaction, so an interruption loses at most the lesson in progress.
 
     Returns:
@@ -216,7 +230,7 @@ def run_utility_check(
     families = sorted({t.family for t in train_tasks})
     results = []
     for les in choose_lessons(store, families, settings.lessons):
-        pool = [t for t in train_tasks if les.scope in (GLOBAL_SCOPE, normalise_scope(t.family))]
+        pool = [t for t in train_tasks if les.scope in (GLOBAL_SCOPE, normalise_scope(t.family)) and has_verifier(t)]
         if not pool:
             continue
         tasks = rng.sample(pool, min(settings.tasks, len(pool)))
@@ -247,18 +261,46 @@ def maybe_check_utility(
     train_tasks: Sequence[Task],
     settings: UtilitySettings,
     seed: int,
+    catch_up: bool = False,
 ) -> list[UtilityResult]:
-    """Run :func:`run_utility_check` when the session's episode count is a multiple of ``settings.every``.
+    """Run :func:`run_utility_check` when one is due by the stored episode count.
 
-    Called after each episode. A check already stored for this count (e.g. before a
-    resume) is not run again. Returns the results ([] when no check ran).
+    Called after each episode. Due: the session's stored episodes number a multiple of
+    ``settings.every``; with ``catch_up`` (the first call of a process, so a resume) also the
+    latest multiple below the count — a check that was due when a killed run stopped. A check
+    already stored for its count is not run again; one that stored nothing (no lesson to
+    measure) may run once more on a resume.
+
+    Args:
+        store, solver, session_id, train_tasks, settings, seed: as for :func:`run_utility_check`.
+        catch_up: also run the latest missed check (see above).
+
+    Returns:
+        The results ([] when no check ran).
     """
     if settings.every <= 0:
         return []
     done = len(store.finished_episode_keys(session_id))
-    if done == 0 or done % settings.every or done in store.utility_checks(session_id):
+    due = done - done % settings.every if catch_up else done
+    if due == 0 or due % settings.every or due in store.utility_checks(session_id):
         return []
-    return run_utility_check(store, solver, session_id, train_tasks, done, settings, seed)
+    return run_utility_check(store, solver, session_id, train_tasks, due, settings, seed)
+
+
+def utility_skip_reason(tasks: Sequence[Any], every: int) -> str | None:
+    """Why utility A/Bs leave some of a session's families unmeasured, for the summary; None when none is.
+
+    Args:
+        tasks: the session's train tasks (:class:`Task` or the stored :class:`lessons.library.records.TaskInfo`:
+            anything with ``family`` and ``metadata``).
+        every: ``--utility-every`` (0: the A/B is off, nothing to explain).
+    """
+    rubric_only = sorted({t.family for t in tasks if not has_verifier(t)} - {t.family for t in tasks if has_verifier(t)})
+    if every <= 0 or not rubric_only:
+        return None
+    return (f"no utility A/B for the lessons of {', '.join(rubric_only)}: its tasks have a rubric and no verifiable "
+            "answer, and judging both arms would cost a judge call per completion (2 × --utility-tasks per lesson); "
+            "their lessons move on votes only")
 
 
 def _passes(task: Task, text: str) -> bool:

@@ -23,7 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
+from sqlalchemy.orm import aliased
 
 from lessons.db.schema import (
     ADAPTER_LESSON_RELATIONS,
@@ -35,11 +36,12 @@ from lessons.db.schema import (
     LessonEventRow,
     LessonRow,
     RolloutRow,
+    RubricRow,
     SessionRow,
     TaskRow,
     utcnow,
 )
-from lessons.library.rubrics import training_filter
+from lessons.library.rubrics import exclusion_reason
 from lessons.library.store import LessonStore, StoreError
 
 ADAPTER_PREFIX = "adapter-"
@@ -125,51 +127,64 @@ class AdapterStore:
             raise StoreError(f"no session named {session!r}")
         return int(sid)
 
-    def training_exclusions(self, session: str, rounds: Collection[int] | None = None) -> dict[str, int]:
-        """Train rollouts :meth:`training_rollouts` leaves out, by reason: ``ungraded``, ``reward_hack_flagged``.
+    def _train_rows(self, s: Any, sid: int) -> list[Any]:
+        """Every rollout of the session's train tasks with what :func:`exclusion_reason` and distillation read.
 
-        ``rounds``: count only episodes of these session rounds; None: every round.
+        Rows: ``(rollout, task_key, family, lessons_in_context, hint text, round, hint mode,
+        rubric_graded)``, in recording order; ``rubric_graded``: the rollout's task has a stored
+        rubric (only a rubric reward stores one), so its grading record must be there.
+        """
+        episode = aliased(EpisodeRow)
+        rubric_graded = (
+            select(RubricRow.id).join(episode, episode.task_id == RubricRow.task_id)
+            .where(episode.id == RolloutRow.episode_id).exists().correlate(RolloutRow)
+        )
+        return list(s.execute(
+            select(RolloutRow, TaskRow.task_key, TaskRow.family, EpisodeRow.lessons_in_context, HintRow.text,
+                   EpisodeRow.round, HintRow.mode, rubric_graded)
+            .join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
+            .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
+            .outerjoin(HintRow, RolloutRow.hint_id == HintRow.id)
+            .where(EpisodeRow.session_id == sid, TaskRow.split == "train")
+            .order_by(RolloutRow.id)
+        ).all())
+
+    def training_exclusions(self, session: str, rounds: Collection[int] | None = None) -> dict[str, int]:
+        """Train rollouts :meth:`training_rollouts` leaves out, by reason (:func:`lessons.library.rubrics.exclusion_reason`).
+
+        Reasons: ``ungraded``, ``oversized``, ``fault``, ``grading_undecided``, ``reward_hack_flagged``;
+        only those with a count are listed. ``rounds``: count only episodes of these session rounds;
+        None: every round.
 
         Raises:
             StoreError: no session called ``session``.
         """
+        out: dict[str, int] = {}
         with self.store.read() as s:
-            sid = self._session_id(s, session)
-            train = (select(RolloutRow).join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
-                     .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
-                     .where(EpisodeRow.session_id == sid, TaskRow.split == "train"))
-            if rounds is not None:
-                train = train.where(EpisodeRow.round.in_(list(rounds)))
-            graded = s.scalar(select(func.count()).select_from(train.where(training_filter(include_flagged=True)).subquery()))
-            eligible = s.scalar(select(func.count()).select_from(train.where(training_filter()).subquery()))
-            total = s.scalar(select(func.count()).select_from(train.subquery()))
-        out = {"ungraded": int(total - graded), "reward_hack_flagged": int(graded - eligible)}
-        return {k: n for k, n in out.items() if n}
+            for row in self._train_rows(s, self._session_id(s, session)):
+                reason = exclusion_reason(row[0], rubric_graded=bool(row[7]))
+                if reason is not None and (rounds is None or row[5] in rounds):
+                    out[reason] = out.get(reason, 0) + 1
+        return out
 
     def training_rollouts(self, session: str) -> list[TrainingRollout]:
         """Every rollout of the session's train tasks that may become training data, in recording order.
 
-        The one data path of every distillation objective, so the rule holds for all of them:
-        only rollouts :func:`lessons.library.rubrics.eligible_for_training` accepts — never an
-        ungraded one (an endpoint fault, a judge that never answered, a verifier that crashed:
-        reward NULL) nor one with reward-hack flags (:func:`~lessons.library.rubrics.training_filter`
-        in the query; :meth:`training_exclusions` counts what it left out). Held-out tasks never
-        appear (they are not run through episodes, and the query keeps ``split == "train"``).
+        The one data path of every distillation objective (``distill``, ``sft``,
+        ``guided-unweighted``, ``grpo``, ``guide-grpo``, ``opcd``, in ``arena distill`` and the
+        sleeps of ``arena run --cycles``) and of ``arena export rollouts``, so the rule holds for all
+        of them by construction: only rollouts for which :func:`lessons.library.rubrics.exclusion_reason`
+        finds nothing — never an ungraded one (an endpoint fault, a judge that never answered, a
+        verifier that crashed: reward NULL), a reply cut as ``oversized``, a rubric rollout whose
+        grading (hack flags) was never recorded, nor one with reward-hack flags
+        (:meth:`training_exclusions` counts what it left out). Held-out tasks never appear (they
+        are not run through episodes, and the query keeps ``split == "train"``).
 
         Raises:
             StoreError: no session called ``session``.
         """
         with self.store.read() as s:
-            sid = self._session_id(s, session)
-            rows = s.execute(
-                select(RolloutRow, TaskRow.task_key, TaskRow.family, EpisodeRow.lessons_in_context, HintRow.text,
-                       EpisodeRow.round, HintRow.mode)
-                .join(EpisodeRow, RolloutRow.episode_id == EpisodeRow.id)
-                .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
-                .outerjoin(HintRow, RolloutRow.hint_id == HintRow.id)
-                .where(EpisodeRow.session_id == sid, TaskRow.split == "train", training_filter())
-                .order_by(RolloutRow.id)
-            ).all()
+            rows = self._train_rows(s, self._session_id(s, session))
             return [
                 TrainingRollout(
                     rollout_id=r.id,
@@ -192,7 +207,8 @@ class AdapterStore:
                     episode_id=int(r.episode_id),
                     hint_mode=hint_mode if r.guided else None,
                 )
-                for r, key, family, ctx, hint_text, rnd, hint_mode in rows
+                for r, key, family, ctx, hint_text, rnd, hint_mode, rubric_graded in rows
+                if exclusion_reason(r, rubric_graded=bool(rubric_graded)) is None
             ]
 
     # ----------------------------------------------------------------- adapters

@@ -15,9 +15,17 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from lessons.db.schema import EpisodeRow, HintRow, LessonRow, RolloutRow, TaskRow, utcnow
+from lessons.db.schema import CriterionVerdictRow, EpisodeRow, HintRow, LessonRow, RolloutRow, TaskRow, utcnow
 from lessons.library.curation import Curator, Provenance, apply_reflection
-from lessons.library.records import EpisodeRecord, EpisodeResult, GroupOutcome, HintInfo, StoreError
+from lessons.library.records import (
+    EpisodeRecord,
+    EpisodeResult,
+    GroupOutcome,
+    HintInfo,
+    RolloutGrading,
+    RolloutRecord,
+    StoreError,
+)
 from lessons.library.repository import Repository
 from lessons.library.sessions import require_session
 from lessons.outcomes import passes
@@ -47,10 +55,30 @@ def _reflection_json(rec: EpisodeRecord) -> dict[str, Any] | None:
     }
 
 
+def _grading_columns(r: RolloutRecord) -> dict[str, Any]:
+    """The grading columns of a rollout row: a rubric grading's, else only ``ungraded`` for a failed rollout.
+
+    A rubric-graded rollout always gets ``grading_status`` and a ``hack_flags`` list (``[]``:
+    none), so a stored rubric rollout with NULL status is one whose grading was never recorded
+    (:func:`lessons.library.rubrics.exclusion_reason`: ``grading_undecided``).
+    """
+    g: RolloutGrading | None = r.grading
+    if g is None:
+        return {"grading_status": "ungraded" if r.fault and r.reward is None else None}
+    return {
+        "grading_status": "graded" if g.graded and r.reward is not None else "ungraded",
+        "reward_kind": g.reward_kind,
+        "rubric_id": g.rubric_id,
+        "judge_rating": g.judge_rating,
+        "verifier_reward": g.verifier_reward,
+        "hack_flags": list(g.hack_flags),
+    }
+
+
 def _insert_episode(
     s: Session, rec: EpisodeRecord, task_id: int, context_ids: list[str], now: datetime
 ) -> tuple[EpisodeRow, list[RolloutRow]]:
-    """Add the episode row and its rollout rows (flushed, so both have ids).
+    """Add the episode row, its rollout rows with their grading and the judge's verdicts (flushed: all have ids).
 
     ``mean_reward`` is the mean reward of the graded unguided rollouts (of all graded ones if
     every one is guided; 0.0 without any).
@@ -91,12 +119,17 @@ def _insert_episode(
             unguided_messages=[dict(m) for m in r.unguided_messages] if r.unguided_messages else None,
             adapter_id=rec.adapter_id,
             fault=r.fault,
-            grading_status="ungraded" if r.fault and r.reward is None else None,
+            **_grading_columns(r),
         )
         for r in rec.rollouts
     ]
     s.add_all(rollouts)
     s.flush()
+    s.add_all(
+        CriterionVerdictRow(rollout_id=row.id, criterion_id=v.criterion_id, met=v.met, reason=v.reason)
+        for row, r in zip(rollouts, rec.rollouts)
+        for v in (r.grading.verdicts if r.grading is not None else ())
+    )
     return episode, rollouts
 
 
@@ -117,6 +150,12 @@ class EpisodeRepository(Repository):
         with self.read() as s:
             return set(s.scalars(select(EpisodeRow.episode_key).where(EpisodeRow.session_id == session_id)))
 
+    def recorded_episode_keys(self, session_id: int) -> list[str]:
+        """The keys of the session's recorded episodes in recording order (what cadences like online rubrics count)."""
+        with self.read() as s:
+            return list(s.scalars(select(EpisodeRow.episode_key).where(EpisodeRow.session_id == session_id)
+                                  .order_by(EpisodeRow.id)))
+
     def reflected_episodes(self, session_id: int, round: int) -> int:
         """How many of the session's stored episodes of ``round`` carry a teacher reflection (reply or error)."""
         with self.read() as s:  # counted in Python: a JSON column may hold SQL NULL or JSON null for "none"
@@ -126,7 +165,9 @@ class EpisodeRepository(Repository):
     def record_episode(self, rec: EpisodeRecord) -> EpisodeResult | None:
         """Store a finished episode and apply its curation, in one transaction.
 
-        Writes the episode and its rollouts, adds 1 to ``times_in_context`` of each lesson
+        Writes the episode and its rollouts (with a rubric reward, each rollout's grading —
+        status, hack flags, verdicts — in the same transaction: a crash leaves all of it or
+        none), adds 1 to ``times_in_context`` of each lesson
         in ``rec.lessons_in_context``, then applies ``rec.reflection``:
 
         tags, RETIRE, MERGE, EDIT and ADD ops, each through :class:`lessons.library.curation.Curator`

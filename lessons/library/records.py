@@ -54,6 +54,28 @@ class TaskLike(Protocol):
     metadata: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class CriterionVerdict:
+    """The judge's verdict on one stored criterion of a rubric (RaR, arXiv 2507.17746)."""
+
+    criterion_id: int  # rubric_criteria.id
+    met: bool
+    reason: str = ""  # the judge's evidence
+
+
+@dataclass
+class RolloutGrading:
+    """A rubric judge's grading of one rollout, stored in the same transaction as the rollout."""
+
+    graded: bool  # False: the judge's reply stayed unusable (the rollout is ungraded)
+    reward_kind: str  # "rubric-explicit" or "rubric-implicit"
+    rubric_id: int | None = None  # rubrics.id of the version it was graded against
+    judge_rating: float | None = None  # implicit aggregation: the judge's 1-10 rating
+    verifier_reward: float | None = None  # tasks with a verifier too: the verifier's reward
+    hack_flags: list[str] = field(default_factory=list)  # reward-hack flags; []: none (decided, not missing)
+    verdicts: list[CriterionVerdict] = field(default_factory=list)  # explicit aggregation: one per stored criterion
+
+
 @dataclass
 class RolloutRecord:
     """One rollout to store with its episode (see :meth:`LessonStore.record_episode`)."""
@@ -73,6 +95,7 @@ class RolloutRecord:
     logprobs: list[float] | None = None  # sampling log-probs (T,) under ``messages``, where exposed
     unguided_messages: list[dict[str, str]] | None = None  # guided only: the same chat without the hint
     fault: str | None = None  # endpoint fault kind: the rollout failed (no completion, reward None) or was cut ("oversized")
+    grading: RolloutGrading | None = None  # a rubric reward's grading (None: the verifier graded it)
 
 
 @dataclass

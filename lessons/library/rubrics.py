@@ -11,11 +11,15 @@ Kept apart from :mod:`lessons.library.store` (it works on the same database thro
 - ``criterion_verdicts``: the judge's met / not-met on each criterion of each rollout.
 - on ``rollouts``: ``grading_status`` (``graded`` / ``ungraded``; NULL on rows graded by the
   verifier path or written before this schema = graded), ``reward_kind``, ``rubric_id``,
-  ``judge_rating``, ``verifier_reward`` and ``hack_flags``.
+  ``judge_rating``, ``verifier_reward`` and ``hack_flags``. These and the verdicts are written in
+  the episode's own transaction (:meth:`lessons.library.episodes.EpisodeRepository.record_episode`,
+  from each rollout's :class:`lessons.library.records.RolloutGrading`), so no crash leaves a
+  rubric rollout stored without its hack flags.
 
-For distillation and any other training data: call :func:`eligible_for_training` on each
-rollout row (or filter queries with :func:`training_filter`) — ungraded rollouts and rollouts
-with a reward-hack flag are excluded by default.
+What may become training data is decided in one place, :func:`exclusion_reason` (ungraded,
+cut ``oversized``, rubric grading never recorded, reward-hack flagged), applied by
+:meth:`lessons.library.adapters.AdapterStore.training_rollouts` for every objective and the export;
+reflection uses the looser :func:`eligible_for_reflection`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import func, select
 
 from lessons.criteria import criterion_category
 from lessons.db.schema import (
@@ -41,6 +45,9 @@ from lessons.library.store import LessonStore, StoreError
 
 # --------------------------------------------------------------------------- training eligibility
 
+#: Why a stored rollout is never training data, in the order :func:`exclusion_reason` checks them.
+EXCLUSION_REASONS = ("ungraded", "oversized", "fault", "grading_undecided", "reward_hack_flagged")
+
 
 def is_flagged(rollout: Any) -> bool:
     """Whether a rollout (a ``RolloutRow`` or any object with ``hack_flags``) carries a reward-hack flag."""
@@ -52,32 +59,70 @@ def is_ungraded(rollout: Any) -> bool:
     return getattr(rollout, "grading_status", None) == "ungraded" or getattr(rollout, "reward", 0.0) is None
 
 
-def eligible_for_training(rollout: Any, include_flagged: bool = False) -> bool:
-    """Whether a rollout may become training data (distillation targets, SFT, reflection input).
+def exclusion_reason(rollout: Any, rubric_graded: bool = False, include_flagged: bool = False) -> str | None:
+    """Why a stored rollout may not become training data, or None when it may: THE rule, in one place.
+
+    Every objective of ``arena distill`` and ``arena run --sleep`` and ``arena export rollouts`` read
+    rollouts through :meth:`lessons.library.adapters.AdapterStore.training_rollouts`, which keeps
+    exactly the rollouts this returns None for. A rollout is left out when it is (first match):
+
+    - ``ungraded``: no reward (an endpoint fault, a judge that never answered, a verifier crash);
+    - ``oversized``: a reply cut to ``--max-tokens`` (fault ``oversized``): its completion is not
+      what the policy wrote, so it is graded and shown to the teacher, but never trained on;
+      ``fault``: any other fault on a graded rollout (none is written today; a new kind is
+      excluded until someone decides otherwise);
+    - ``grading_undecided``: graded by a rubric (``rubric_graded``) but its grading record —
+      ``grading_status`` and the reward-hack flags, written with the episode — is missing, so
+      whether it is a reward hack was never decided (defence in depth: rows written before the
+      grading was made atomic with the episode, or by any writer that skips it);
+    - ``reward_hack_flagged``: a reward-hack flag (unless ``include_flagged``).
 
     Args:
         rollout: a :class:`lessons.db.schema.RolloutRow` or any object with ``reward``,
-            ``grading_status`` and ``hack_flags`` attributes.
-        include_flagged: also accept rollouts with reward-hack flags (off by default).
+            ``grading_status``, ``hack_flags`` and (optionally) ``fault`` attributes.
+        rubric_graded: the rollout's task is graded by a rubric in its session (a stored rubric).
+        include_flagged: do not leave flagged rollouts out (counting only; nothing trains on them).
 
     Returns:
-        False for ungraded rollouts (always) and flagged ones (unless ``include_flagged``).
+        One of :data:`EXCLUSION_REASONS`, or None.
+    """
+    if is_ungraded(rollout):
+        return "ungraded"
+    fault = getattr(rollout, "fault", None)
+    if fault:
+        return "oversized" if fault == "oversized" else "fault"
+    if rubric_graded and getattr(rollout, "grading_status", None) is None:
+        return "grading_undecided"
+    if not include_flagged and is_flagged(rollout):
+        return "reward_hack_flagged"
+    return None
+
+
+def eligible_for_training(rollout: Any, rubric_graded: bool = False, include_flagged: bool = False) -> bool:
+    """Whether a stored rollout may become training data: :func:`exclusion_reason` is None.
+
+    Args:
+        rollout: a :class:`lessons.db.schema.RolloutRow` or an object with the same grading attributes.
+        rubric_graded: its task is rubric-graded in its session.
+        include_flagged: also accept rollouts with reward-hack flags (off by default).
+    """
+    return exclusion_reason(rollout, rubric_graded, include_flagged) is None
+
+
+def eligible_for_reflection(rollout: Any, include_flagged: bool = False) -> bool:
+    """Whether the teacher may reflect on a rollout: graded, and unflagged unless ``include_flagged``.
+
+    Looser than :func:`eligible_for_training`: a cut (``oversized``) reply is still a graded
+    attempt worth reflecting on; it is only its tokens that are never trained on.
+
+    Args:
+        rollout: an object with ``reward``, ``grading_status`` and ``hack_flags`` (e.g.
+            :class:`arena.episode.state.GradeStatus`).
+        include_flagged: let reward-hack-flagged rollouts in (``--include-flagged``).
     """
     if is_ungraded(rollout):
         return False
     return include_flagged or not is_flagged(rollout)
-
-
-def training_filter(include_flagged: bool = False) -> ColumnElement[bool]:
-    """The SQL form of :func:`eligible_for_training`, for ``select(RolloutRow).where(...)``.
-
-    A JSON ``hack_flags`` column holds NULL, ``[]`` or a non-empty list; NULL and ``[]`` pass.
-    """
-    graded = and_(RolloutRow.reward.is_not(None), or_(RolloutRow.grading_status.is_(None), RolloutRow.grading_status != "ungraded"))
-    if include_flagged:
-        return graded
-    unflagged = or_(RolloutRow.hack_flags.is_(None), func.json_array_length(RolloutRow.hack_flags) == 0)
-    return and_(graded, unflagged)
 
 
 # --------------------------------------------------------------------------- records out
@@ -290,47 +335,6 @@ class RubricStore:
         return out
 
     # ----------------------------------------------------------------- grading
-
-    def record_grading(self, session_id: int, episode_key: str, grades: Mapping[int, Mapping[str, Any]]) -> int:
-        """Store the rubric grading of an episode's rollouts (after ``LessonStore.record_episode``).
-
-        Idempotent: rollouts that already have a ``grading_status`` are skipped, so a resumed
-        ``curate`` node can call it again.
-
-        Args:
-            session_id, episode_key: the recorded episode.
-            grades: rollout ``idx`` → grade dict (:mod:`arena.episode.rewards`): ``graded``,
-                ``reward_kind``, ``rubric_id``, ``judge_rating``, ``verifier_reward``,
-                ``hack_flags``, ``verdicts`` ([{"criterion_id", "met", "reason"}] or None).
-
-        Returns:
-            The number of rollouts updated.
-
-        Raises:
-            StoreError: the episode is not recorded.
-        """
-        with self._store.write() as s, s.begin():
-            eid = s.scalar(select(EpisodeRow.id).where(EpisodeRow.session_id == session_id, EpisodeRow.episode_key == episode_key))
-            if eid is None:
-                raise StoreError(f"episode {episode_key} of session {session_id} is not recorded")
-            updated = 0
-            for row in s.scalars(select(RolloutRow).where(RolloutRow.episode_id == eid)):
-                g = grades.get(row.idx)
-                if g is None or row.grading_status is not None:
-                    continue
-                row.grading_status = "graded" if g.get("graded", True) and row.reward is not None else "ungraded"
-                row.reward_kind = g.get("reward_kind")
-                row.rubric_id = g.get("rubric_id")
-                row.judge_rating = g.get("judge_rating")
-                row.verifier_reward = g.get("verifier_reward")
-                row.hack_flags = list(g.get("hack_flags") or [])
-                for v in g.get("verdicts") or []:
-                    if v.get("criterion_id") is None:
-                        continue
-                    s.add(CriterionVerdictRow(rollout_id=row.id, criterion_id=int(v["criterion_id"]),
-                                              met=bool(v["met"]), reason=str(v.get("reason") or "")))
-                updated += 1
-            return updated
 
     def verdicts(self, rollout_id: int) -> list[VerdictInfo]:
         """A rollout's per-criterion verdicts, in rubric order."""

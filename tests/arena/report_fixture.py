@@ -110,7 +110,7 @@ def build(path: Path) -> Path:
         evaluate(store, rid, "heldout_before", [1, 0])
         store.record_episode(episode(rid, "r001-a", 1, a, [], JUDGE))
         store.create_session("fresh", {"families": ["chain_sum"]}, seed=2)
-    with sqlite3.connect(path) as conn:  # the judge's grading fields, as RubricStore.record_grading leaves them
+    with sqlite3.connect(path) as conn:  # the judge's grading fields, as record_episode stores them with a rubric reward
         ids = [i for (i,) in conn.execute(
             "SELECT r.id FROM rollouts r JOIN episodes e ON r.episode_id = e.id JOIN sessions s ON e.session_id = s.id "
             "WHERE s.name = 'rubric-run' ORDER BY r.idx")]

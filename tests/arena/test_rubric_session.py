@@ -10,8 +10,6 @@ import pytest
 from alembic import command
 from langgraph.checkpoint.memory import InMemorySaver
 from rubric_scripts import BARE, GARBLE, RUBRIC, roles, teacher, write_tasks
-from sqlalchemy import create_engine, select
-from sqlalchemy.orm import Session
 
 from agents.backends.fake import FakePolicy
 from arena.config import ConfigError, SessionConfig
@@ -20,8 +18,9 @@ from arena.episode.rewards import check_reward_tasks
 from arena.session.online_rubrics import ONLINE_SYSTEM
 from arena.session.runner import run_session
 from arena.tasks.sources import load_tasks
-from lessons.db.schema import RolloutRow, alembic_config
-from lessons.library.rubrics import RubricStore, eligible_for_training, training_filter
+from lessons.db.schema import alembic_config
+from lessons.library.adapters import AdapterStore
+from lessons.library.rubrics import RubricStore, eligible_for_training
 from lessons.library.store import LessonStore
 
 
@@ -82,15 +81,12 @@ def test_rubric_session_stores_verdicts_flags_and_ungraded(setup):
         assert BARE not in p and GARBLE not in p
 
     # distillation data: only graded, unflagged rollouts (GOOD and BAD of each group)
-    eligible = [x for x, _ in rows if eligible_for_training(x)]
+    eligible = [x for x, _ in rows if eligible_for_training(x, rubric_graded=True)]
     assert sorted({x.idx for x in eligible}) == [0, 3] and len(eligible) == 8
-    assert len([x for x, _ in rows if eligible_for_training(x, include_flagged=True)]) == 12
-    engine = create_engine(store.url)
-    with Session(engine) as s:
-        assert s.scalar(select(RolloutRow.id).where(training_filter()).order_by(RolloutRow.id).limit(1)) is not None
-        assert len(s.scalars(select(RolloutRow.id).where(training_filter())).all()) == 8
-        assert len(s.scalars(select(RolloutRow.id).where(training_filter(include_flagged=True))).all()) == 12
-    engine.dispose()
+    assert len([x for x, _ in rows if eligible_for_training(x, rubric_graded=True, include_flagged=True)]) == 12
+    astore = AdapterStore(store)
+    assert sorted(r.rollout_id for r in astore.training_rollouts("s1")) == sorted(x.id for x in eligible)
+    assert astore.training_exclusions("s1") == {"ungraded": 4, "reward_hack_flagged": 4}
 
 
 def test_include_flagged_lets_flagged_rollouts_reach_reflection(setup):
