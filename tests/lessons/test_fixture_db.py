@@ -73,7 +73,7 @@ def test_every_read_is_recorded(today_reads):
 
 @pytest.mark.parametrize("read", sorted(EXPECTED))
 def test_read_matches_the_code_before_the_redesign(today_reads, read):
-    assert _without_added_fields(read, today_reads[read]) == EXPECTED[read]
+    assert _without_added_fields(read, today_reads[read]) == _with_changed_values(read, EXPECTED[read])
 
 
 # Fields a read gained after the fixture was written: new data about the same rows, not a difference in them.
@@ -87,6 +87,14 @@ ADDED_FIELDS = {
     "episode": {"curation_rejected", "fault"},
     # the held-out points' stored intervals and the per-round pass rates (the TUI's charts), issue 18
     "learning_curve": {"heldout_ci", "heldout_n", "pass_at_1", "pass_at_k", "k"},
+    "get_session": {"lease"},  # the session's owner, heartbeat and expiry (migration 0012), issue 32
+}
+
+# Values a read shows differently on purpose: read name -> ((record key, record value), field, old, new).
+CHANGED_VALUES = {
+    # a session stored "running" without a live lease reads "stopped" (its process is gone; --resume continues it),
+    # issue 32 section 1; the fixture's run-beta was never finished and, written before leases, has none
+    "tui: sessions": [(("name", "run-beta"), "status", "running", "stopped")],
 }
 
 
@@ -94,6 +102,24 @@ def _without_added_fields(read: str, value: Any) -> Any:
     """``value`` with the fields in :data:`ADDED_FIELDS` for this read dropped, at any depth of its records."""
     added = next((f for name, f in ADDED_FIELDS.items() if read == name or read.endswith(f": {name}")), set())
     return _drop(value, added) if added else value
+
+
+def _with_changed_values(read: str, expected: Any) -> Any:
+    """``expected`` with the deliberate changes of :data:`CHANGED_VALUES` for this read applied.
+
+    Raises:
+        AssertionError: a listed record is missing or its recorded value is not the listed old one
+            (the change list and the fixture disagree).
+    """
+    changes = CHANGED_VALUES.get(read)
+    if not changes:
+        return expected
+    expected = json.loads(json.dumps(expected))  # a copy: EXPECTED is shared by every test
+    for (key, wanted), field, old, new in changes:
+        matches = [r for r in expected if r.get(key) == wanted]
+        assert len(matches) == 1 and matches[0][field] == old, (read, key, wanted, matches)
+        matches[0][field] = new
+    return expected
 
 
 def _drop(value: Any, fields: set[str]) -> Any:
