@@ -40,7 +40,7 @@ PLAN_SYSTEM = (
 )
 PART_SEPARATOR = "\n\n"  # between the parts of a hint (plan, feedback, answer)
 PLAN_ATTEMPTS = 3  # a plan that states the answer is regenerated up to this many times in all
-ECHO_WORDS = 6  # a plan sharing this many consecutive words with judge-only text repeats it (a shorter text: all its words)
+ECHO_WORDS = 6  # consecutive words a plan may not share with judge-only text (a shorter text: all its words)
 NO_ANSWER_PART = "answer part not written (the task has no verifiable answer; its reference is the judge's only)"
 # A plan that claims a final answer ("The correct answer is 8", "<answer>8</answer>"): right, it leaks;
 # wrong (a small teacher often computes wrongly), it misleads the guided re-attempt. Either way it is no plan.
@@ -109,7 +109,9 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def feedback_hint(failed: Sequence[FailedAttempt], reference_answer: str | None, limit: int = 4) -> tuple[str, list[str]]:
+def feedback_hint(
+    failed: Sequence[FailedAttempt], reference_answer: str | None, limit: int = 4
+) -> tuple[str, list[str]]:
     """Agent-RLVR-style environment feedback: each distinct failed answer with what the solver may see of its grade.
 
     Args:

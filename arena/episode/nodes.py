@@ -177,7 +177,8 @@ def hint(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
         h = {"mode": stored.mode, "text": stored.text, "hint_id": stored.id, "rejected": []}
     else:
         delivered = [(c, g) for c, g in zip(state["completions"], state["grades"]) if not is_failed(c)]
-        failed = [FailedAttempt(c["text"], g["extracted_answer"], g["critique"], _solver_feedback(g)) for c, g in delivered]
+        failed = [FailedAttempt(c["text"], g["extracted_answer"], g["critique"], _solver_feedback(g))
+                  for c, g in delivered]
         try:
             written = write_hint(
                 ctx.roles.teacher, modes, task.question, failed, verifiable_answer(task),
@@ -297,7 +298,7 @@ def _teacher_reflect(ctx: EpisodeContext, state: EpisodeState, views: list[Rollo
         temperature=ctx.settings.teacher_temperature,
         max_tokens=ctx.settings.teacher_max_tokens,
         seed=state.get("seed"),
-        # the teacher never reads the reference answer: an `answer` hint part is shown with it withheld
+        # the reflecting teacher never reads the reference answer: an `answer` hint part is shown with it withheld
         hint=redact_token(h["text"], task.answer) if h else None,
         library_note=note,
     )
