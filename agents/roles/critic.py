@@ -1,8 +1,8 @@
 """The critic role: turns verifier scores into rewards in [0, 1] and writes a one-line critique per rollout.
 
 The verifier (reasoning-gym's ``score_answer`` or exact/numeric match) is injected by the
-caller, so the critic never sees how a task family is checked and the reference answer stays
-out of everything the solver or the teacher reads. With a critic model (``--critic local`` or
+caller, so the critic never sees how a task family is checked, and a critic model never reads the
+reference answer (it is used only to scrub a model critique that states it). With a critic model (``--critic local`` or
 ``openai:MODEL``), failed rollouts also get a short model-written critique; the reward is
 always the verifier's.
 """

@@ -5,12 +5,15 @@ Guide (Nath et al., arXiv 2506.13923) and Agent-RLVR (arXiv 2506.11425) put guid
 context and re-attempt; the guided successes are later trained as if the hint had been absent.
 Three modes, combinable:
 
-- ``plan``: the teacher writes a strategy, shown the reference answer as privileged
-  information but told not to state it (a plan that does is rejected and regenerated);
+- ``plan``: the teacher writes a strategy, shown the reference answer (and a rubric task's
+  judge-only reference) as privileged information but told not to state it (a plan that does,
+  or repeats judge-only text, is rejected and regenerated);
 - ``feedback``: the verifier's and critic's feedback on the failed attempts, Agent-RLVR's
-  environment feedback (a line that would reveal the answer is dropped);
-- ``answer``: the reference answer is given and the solver must derive it — STaR's
-  rationalization (Zelikman et al. 2022).
+  environment feedback (a line that would reveal the answer is dropped; of a rubric grade only
+  its reward and the verifier's note are shown, never the judge's critique);
+- ``answer``: the verifiable answer is given and the solver must derive it — STaR's
+  rationalization (Zelikman et al. 2022). A rubric-only task has none: its free-text reference
+  is the judge's only, so no ``answer`` part is written for it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ PLAN_SYSTEM = (
 )
 PART_SEPARATOR = "\n\n"  # between the parts of a hint (plan, feedback, answer)
 PLAN_ATTEMPTS = 3  # a plan that states the answer is regenerated up to this many times in all
+ECHO_WORDS = 6  # consecutive words a plan may not share with judge-only text (a shorter text: all its words)
+NO_ANSWER_PART = "answer part not written (the task has no verifiable answer; its reference is the judge's only)"
 # A plan that claims a final answer ("The correct answer is 8", "<answer>8</answer>"): right, it leaks;
 # wrong (a small teacher often computes wrongly), it misleads the guided re-attempt. Either way it is no plan.
 _ANSWER_CLAIM = re.compile(r"<\s*answer\s*>|\\boxed|\b(?:answer|result)s?\b[^.\n]{0,40}?"
@@ -76,11 +81,18 @@ def parse_hint_modes(values: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass
 class FailedAttempt:
-    """What a hint may use of one failed rollout."""
+    """What a hint may use of one failed rollout.
+
+    ``critique`` is the whole grade's critique, for the teacher's plan prompt; ``feedback`` is what
+    a ``feedback`` part may show the solver: None means the critique itself (a verifier's, which
+    names no rubric criterion); a rubric grade passes its reward and verifier note instead, since
+    the judge's critique names the rubric's criteria.
+    """
 
     completion: str
     extracted_answer: str | None
     critique: str
+    feedback: str | None = None
 
 
 @dataclass
@@ -97,11 +109,19 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def feedback_hint(failed: Sequence[FailedAttempt], reference_answer: str, limit: int = 4) -> tuple[str, list[str]]:
-    """Agent-RLVR-style environment feedback: each distinct failed answer with its critique.
+def feedback_hint(
+    failed: Sequence[FailedAttempt], reference_answer: str | None, limit: int = 4
+) -> tuple[str, list[str]]:
+    """Agent-RLVR-style environment feedback: each distinct failed answer with what the solver may see of its grade.
 
-    Returns ``(text, rejected)``; a line that would reveal the reference answer is dropped
-    and named in ``rejected``.
+    Args:
+        failed: the group's failed rollouts; each line shows ``feedback`` (else ``critique``).
+        reference_answer: the verifiable answer, kept out of every line; None: the task has none.
+        limit: at most this many lines.
+
+    Returns:
+        ``(text, rejected)``; a line that would reveal the reference answer is dropped and named
+        in ``rejected``.
     """
     lines, rejected, seen = [], [], set()
     for a in failed:
@@ -110,8 +130,9 @@ def feedback_hint(failed: Sequence[FailedAttempt], reference_answer: str, limit:
             continue
         seen.add(key)
         shown = f"answered {a.extracted_answer!r}" if a.extracted_answer else "gave no answer"
-        line = f"- An earlier attempt {shown}: {a.critique}"
-        if contains_token(line, reference_answer.strip()):
+        note = a.critique if a.feedback is None else a.feedback
+        line = f"- An earlier attempt {shown}" + (f": {note}" if note else ".")
+        if reference_answer and contains_token(line, reference_answer.strip()):
             rejected.append("feedback line rejected (contains the reference answer)")
             continue
         lines.append(line)
@@ -130,23 +151,51 @@ def answer_hint(reference_answer: str) -> str:
     )
 
 
-def plan_problem(text: str, reference_answer: str) -> str | None:
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def repeats_text(text: str, source: str, n: int = ECHO_WORDS) -> bool:
+    """Whether ``text`` holds ``n`` consecutive words of ``source`` (all of them when it has fewer, at least 2).
+
+    Case and punctuation are ignored; a one-word source never counts (a single word is no copy).
+    """
+    src = _words(source)
+    k = min(n, len(src))
+    if k < 2:
+        return False
+    words = _words(text)
+    grams = {tuple(words[i : i + k]) for i in range(len(words) - k + 1)}
+    return any(tuple(src[i : i + k]) in grams for i in range(len(src) - k + 1))
+
+
+def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[str] = ()) -> str | None:
     """Why a plan cannot be shown to the solver, or None when it can.
 
     A plan is refused when it is empty, contains the reference answer or its magnitude ("28" of
-    "-28": the answer but for its sign), or claims any final answer ("the answer is 8", an
-    ``<answer>`` tag; right, it leaks; wrong, it misleads the guided re-attempt).
+    "-28": the answer but for its sign), claims any final answer ("the answer is 8", an
+    ``<answer>`` tag; right, it leaks; wrong, it misleads the guided re-attempt), or repeats
+    judge-only text (:func:`repeats_text`: a rubric task's free-text reference, a criterion title
+    the teacher read in a critique).
+
+    Args:
+        text: the plan.
+        reference_answer: the verifiable answer; None: the task has none.
+        judge_only: texts the solver must never see.
     """
-    answer = reference_answer.strip()
     if not text:
         return "empty"
-    if contains_token(text, answer):
-        return "contains the reference answer"
-    magnitude = answer.lstrip("-−+").strip()
-    if magnitude != answer and magnitude and contains_token(text, magnitude):
-        return "contains the reference answer without its sign"
+    if reference_answer:
+        answer = reference_answer.strip()
+        if contains_token(text, answer):
+            return "contains the reference answer"
+        magnitude = answer.lstrip("-−+").strip()
+        if magnitude != answer and magnitude and contains_token(text, magnitude):
+            return "contains the reference answer without its sign"
     if _ANSWER_CLAIM.search(text):
         return "states a final answer"
+    if any(repeats_text(text, t) for t in judge_only if t):
+        return "repeats the judge's reference or rubric"
     return None
 
 
@@ -154,17 +203,38 @@ def plan_hint(
     teacher: Policy,
     question: str,
     failed: Sequence[FailedAttempt],
-    reference_answer: str,
+    reference_answer: str | None,
     max_tokens: int = 96,
     temperature: float = 0.3,
     seed: int | None = None,
     attempts: int = PLAN_ATTEMPTS,
+    judge_reference: str | None = None,
+    judge_only: Sequence[str] = (),
 ) -> tuple[str, list[str]]:
     """The teacher's plan; regenerated (new seed) while :func:`plan_problem` refuses it.
 
-    Returns ``(text, rejected)``; ``text`` is "" when every attempt leaked or was empty.
+    The teacher is privileged: it reads the verifiable answer, a rubric task's judge-only
+    reference and every attempt's whole critique; the plan may repeat none of them.
+
+    Args:
+        teacher: the teacher's policy.
+        question: the task text.
+        failed: the group's failed rollouts (at most 4 are shown).
+        reference_answer: the verifiable answer; None: the task has none.
+        max_tokens, temperature, seed: sampling settings (try i uses seed + i).
+        attempts: plans asked for at most.
+        judge_reference: a rubric task's free-text reference, shown to the teacher only.
+        judge_only: further texts the plan must not repeat (criterion titles in the critiques).
+
+    Returns:
+        ``(text, rejected)``; ``text`` is "" when every attempt leaked or was empty.
     """
-    lines = [f"Task: {_clip(question, 600)}", f"Correct answer (do NOT write it): {reference_answer}", "Failed attempts:"]
+    lines = [f"Task: {_clip(question, 600)}"]
+    if reference_answer:
+        lines.append(f"Correct answer (do NOT write it): {reference_answer}")
+    if judge_reference:
+        lines.append(f"Reference answer, for you only (do NOT copy it): {_clip(judge_reference, 600)}")
+    lines.append("Failed attempts:")
     lines += [f"- {_clip(a.completion, 200)!r} ({a.critique})" for a in failed[:4]]
     lines.append("Write the plan now, without the answer.")
     msgs: list[Message] = [{"role": "system", "content": PLAN_SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
@@ -172,7 +242,7 @@ def plan_hint(
     for i in range(attempts):
         s = None if seed is None else seed + i
         text = _clip(teacher.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=s)[0].text, 600)
-        problem = plan_problem(text, reference_answer)
+        problem = plan_problem(text, reference_answer, [judge_reference or "", *judge_only])
         if problem is None:
             return text, rejected
         rejected.append(f"plan rejected ({problem})" + (f": {text!r}" if text else ""))
@@ -184,32 +254,45 @@ def write_hint(
     modes: Sequence[str],
     question: str,
     failed: Sequence[FailedAttempt],
-    reference_answer: str,
+    reference_answer: str | None,
     max_tokens: int = 96,
     seed: int | None = None,
+    judge_reference: str | None = None,
+    judge_only: Sequence[str] = (),
 ) -> Hint | None:
     """Write a hint combining ``modes`` for one all-fail group.
+
+    The verifiable answer and the judge-only reference arrive apart: the first may be given to
+    the solver (``answer``), the second is privileged information for the plan's teacher only.
 
     Args:
         teacher: the teacher's policy (used by ``plan`` only).
         modes: a subset of :data:`HINT_MODES`, canonical order.
         question: the task text.
         failed: the group's failed rollouts.
-        reference_answer: privileged information (the task's reference answer).
+        reference_answer: the task's verifiable answer (:func:`arena.tasks.verify.verifiable_answer`);
+            None for a rubric-only task: its ``answer`` part is then rejected (:data:`NO_ANSWER_PART`).
         max_tokens: cap on a plan's length.
         seed: sampling seed for the plan.
+        judge_reference: a rubric task's free-text reference (:func:`arena.tasks.verify.judge_reference`):
+            shown to the plan's teacher, never written into the hint.
+        judge_only: further texts no part may show (criterion titles the plan's teacher reads in critiques).
 
     Returns:
         The :class:`Hint`, or None when no part could be written without leaking the answer.
+
+    Raises:
+        HintModeError: a mode outside :data:`HINT_MODES`.
     """
     parts, used, rejected = [], [], []
     for mode in modes:
         if mode == "plan":
-            text, rej = plan_hint(teacher, question, failed, reference_answer, max_tokens=max_tokens, seed=seed)
+            text, rej = plan_hint(teacher, question, failed, reference_answer, max_tokens=max_tokens, seed=seed,
+                                  judge_reference=judge_reference, judge_only=judge_only)
         elif mode == "feedback":
             text, rej = feedback_hint(failed, reference_answer)
         elif mode == "answer":
-            text, rej = answer_hint(reference_answer), []
+            text, rej = (answer_hint(reference_answer), []) if reference_answer else ("", [NO_ANSWER_PART])
         else:
             raise HintModeError(f"unknown hint mode {mode!r}")
         rejected += rej

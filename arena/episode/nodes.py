@@ -9,6 +9,7 @@ store, tasks, settings, the reward strategy) from ``runtime.context`` (an
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from datetime import datetime, timezone
 
 from langgraph.runtime import Runtime
@@ -31,7 +32,7 @@ from arena.episode.state import (
     is_failed,
     to_completion,
 )
-from arena.tasks.verify import has_verifier
+from arena.tasks.verify import has_verifier, judge_reference, verifiable_answer
 from lessons.library.records import CriterionVerdict, RolloutGrading
 from lessons.library.rubrics import eligible_for_reflection
 from lessons.library.store import EpisodeRecord, HintRecord, RolloutRecord
@@ -175,14 +176,14 @@ def hint(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
     if stored is not None:
         h = {"mode": stored.mode, "text": stored.text, "hint_id": stored.id, "rejected": []}
     else:
-        failed = [
-            FailedAttempt(c["text"], g["extracted_answer"], g["critique"])
-            for c, g in zip(state["completions"], state["grades"]) if not is_failed(c)
-        ]
+        delivered = [(c, g) for c, g in zip(state["completions"], state["grades"]) if not is_failed(c)]
+        failed = [FailedAttempt(c["text"], g["extracted_answer"], g["critique"], _solver_feedback(g))
+                  for c, g in delivered]
         try:
             written = write_hint(
-                ctx.roles.teacher, modes, task.question, failed, task.answer,
+                ctx.roles.teacher, modes, task.question, failed, verifiable_answer(task),
                 max_tokens=ctx.settings.hint_max_tokens, seed=state.get("seed"),
+                judge_reference=judge_reference(task), judge_only=_criterion_titles(g for _, g in delivered),
             )
         except EndpointFault as e:  # costs the hint, not the episode
             return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": [],
@@ -191,6 +192,21 @@ def hint(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
             return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": []}
         h = {"mode": written.mode, "text": written.text, "hint_id": None, "rejected": written.rejected}
     return {"hint": h, "guided_messages": guided_messages(state["messages"], h["text"])}
+
+
+def _solver_feedback(g: GradeEntry) -> str | None:
+    """What a ``feedback`` hint may show the solver of a grade: None (the critique itself) for a verifier's
+    grade; a rubric grade's ``feedback`` (its reward and verifier note), never the judge's critique, which
+    names rubric criteria (README "Who sees what")."""
+    if g.get("reward_kind", "verifier") == "verifier":
+        return None
+    return g.get("feedback") or ""
+
+
+def _criterion_titles(grades: Iterable[GradeEntry]) -> list[str]:
+    """The rubric criterion titles named in the grades' critiques (their failed criteria), each once."""
+    titles = (t.removeprefix("pitfall: ") for g in grades for t in g.get("failed_criteria") or [])
+    return list(dict.fromkeys(titles))
 
 
 def route_after_hint(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
@@ -282,7 +298,7 @@ def _teacher_reflect(ctx: EpisodeContext, state: EpisodeState, views: list[Rollo
         temperature=ctx.settings.teacher_temperature,
         max_tokens=ctx.settings.teacher_max_tokens,
         seed=state.get("seed"),
-        # the teacher never reads the reference answer: an `answer` hint part is shown with it withheld
+        # the reflecting teacher never reads the reference answer: an `answer` hint part is shown with it withheld
         hint=redact_token(h["text"], task.answer) if h else None,
         library_note=note,
     )

@@ -19,7 +19,8 @@ reflection and (through :func:`lessons.library.rubrics.eligible_for_training`) o
 A grade is a JSON-friendly :class:`arena.episode.state.GradeEntry` (it lives in the checkpointed
 graph state): ``reward`` (float in [0, 1] or None), ``extracted_answer``, ``critique``, and for
 rubric grades ``graded``, ``reward_kind``, ``rubric_id``, ``verdicts`` ([{"criterion_id", "met",
-"reason"}]), ``failed_criteria`` (titles), ``judge_rating``, ``verifier_reward``, ``hack_flags``.
+"reason"}]), ``failed_criteria`` (titles), ``judge_rating``, ``verifier_reward``, ``hack_flags`` and
+``feedback`` (what the solver may be shown: the reward and the verifier's note, not the judge's critique).
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents.policy import Completion, Policy
-from agents.roles.critic import grade_group
+from agents.roles.critic import NOTE_CUT_OFF, grade_group
 from agents.roles.rubric import failed_criteria, judge_explicit, judge_implicit
 from arena.episode.state import GradeEntry
 from arena.tasks.extract import extract_answer
 from arena.tasks.model import Task, VerifierError
-from arena.tasks.verify import has_verifier, score, verifier_feedback
+from arena.tasks.verify import has_verifier, judge_reference, score, verifier_feedback
 from lessons.criteria import Criterion, criterion_body
 
 REWARD_KINDS = ("verifier", "rubric-explicit", "rubric-implicit")
@@ -247,8 +248,7 @@ class RubricReward:
     def grade_one(self, task: Task, rubric: RubricView, text: str, finish_reason: str = "stop", seed: int | None = None) -> GradeEntry:
         """Judge one completion against ``rubric``; its grade (see the module docstring)."""
         judge = judge_explicit if self.mode == "explicit" else judge_implicit
-        reference = task.metadata.get("reference") or None
-        res = judge(self.judge, task.question, text, rubric.criteria, reference=reference,
+        res = judge(self.judge, task.question, text, rubric.criteria, reference=judge_reference(task),
                     max_tokens=self.max_tokens, seed=seed, retries=self.retries)
         answer = extract_answer(text)
         try:
@@ -256,9 +256,12 @@ class RubricReward:
             verifier_note = f"verifier: {verifier_feedback(task, answer)}" if verifier_reward is not None else ""
         except VerifierError as e:  # the judge's grade stands; the hack check loses its verifier signal
             verifier_reward, verifier_note = None, f"verifier: {e}"
-        notes = [res.critique, verifier_note]
-        if finish_reason == "length":
-            notes.append("output was cut off at the token limit")
+        format_notes = [NOTE_CUT_OFF] if finish_reason == "length" else []
+        notes = [res.critique, verifier_note, *format_notes]
+        # what a feedback hint may show the solver: the reward and the verifier's note, never the judge's
+        # critique (it names rubric criteria, and the rubric and the reference are the judge's only)
+        score_note = f"judged reward {res.reward:.2f}" if res.reward is not None else "not graded by the judge"
+        feedback = [score_note, verifier_note, *format_notes]
         flags = detect_hacks(
             text, res.reward, rubric.criteria, met=res.met, critique=res.critique,
             verifier_reward=verifier_reward, requires_work=bool(task.metadata.get("requires_work")), cfg=self.hack,
@@ -273,6 +276,7 @@ class RubricReward:
             "reward": res.reward,
             "extracted_answer": answer,
             "critique": " ".join("; ".join(n for n in notes if n).split())[:400],
+            "feedback": " ".join("; ".join(n for n in feedback if n).split())[:400],
             "graded": res.graded,
             "reward_kind": self.kind,
             "rubric_id": rubric.rubric_id,

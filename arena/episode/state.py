@@ -50,6 +50,7 @@ class GradeEntry(TypedDict):
     rubric_id: NotRequired[int | None]  # rubrics.id of the version graded against
     verdicts: NotRequired[list[VerdictEntry] | None]  # explicit rubrics, in rubric order
     failed_criteria: NotRequired[list[str] | None]  # titles of the criteria not met (shown to the teacher)
+    feedback: NotRequired[str]  # rubric grades: what a feedback hint may show the solver (no criterion, no reference)
     judge_rating: NotRequired[float | None]  # implicit rubrics: the judge's 1–10 rating
     verifier_reward: NotRequired[float | None]  # the task's verifier, where it has one (calibration)
     hack_flags: NotRequired[list[str]]  # arena.episode.rewards.HACK_FLAGS that fired

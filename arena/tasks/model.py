@@ -2,8 +2,9 @@
 
 A :class:`Task` is one prompt with a verifier; the sources that make tasks are
 :mod:`arena.tasks.gym` (reasoning-gym families) and :mod:`arena.tasks.jsonl` (JSONL files),
-the verifiers are in :mod:`arena.tasks.verify`. The reference ``answer`` reaches the critic
-(and the teacher's hint step) only, never the solver.
+the verifiers are in :mod:`arena.tasks.verify`. The reference ``answer`` reaches the verifier, the
+teacher's hint step and the proposer; the solver reads it only in a guided re-attempt's ``answer``
+hint, which a rubric-only task never gets (README "Who sees what").
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class Task:
         family: reasoning-gym dataset name, or the JSONL ``family`` (default: file stem).
         split: ``"train"`` (the loop learns on it) or ``"heldout"`` (evaluation only).
         question: the prompt shown to the solver.
-        answer: the reference answer; reaches the critic only, never the solver.
+        answer: the reference answer (:func:`arena.tasks.verify.verifiable_answer`); for a rubric-only
+            JSONL line, its free-text ``reference`` (the judge's only: :func:`arena.tasks.verify.judge_reference`).
         source: ``"reasoning_gym"`` (the family's ``score_answer``), ``"jsonl"`` or ``"proposed"``
             (a proposer-written task confirmed by agreement: exact/numeric match, as JSONL).
         metadata: for reasoning-gym, ``overrides``, ``dataset_seed``, ``dataset_size``,

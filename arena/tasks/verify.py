@@ -60,6 +60,28 @@ def has_verifier(task: Task) -> bool:
     return bool(task.metadata.get("verifiable", True))
 
 
+def verifiable_answer(task: Task) -> str | None:
+    """The answer a verifier checks, which an ``answer`` hint may give the solver; None for a rubric-only task.
+
+    A rubric-only JSONL line keeps its free-text ``reference`` in ``task.answer`` too (the field
+    every task has); that text is the judge's only (:func:`judge_reference`), so it is no answer
+    the solver may be told.
+
+    Args:
+        task: any task.
+    """
+    return task.answer if has_verifier(task) else None
+
+
+def judge_reference(task: Task) -> str | None:
+    """The free-text ``reference`` of a rubric task, shown to the rubric judge (and the hint teacher) only; else None.
+
+    Args:
+        task: any task (tasks without a rubric have none).
+    """
+    return task.metadata.get("reference") or None
+
+
 def verifier_feedback(task: Task, extracted: str | None) -> str:
     """A one-line critique of an extracted answer that never reveals the reference.
 

@@ -12,11 +12,13 @@ from sqlalchemy.orm import Session
 
 from agents.backends.fake import FakePolicy
 from agents.roles.hints import (
+    NO_ANSWER_PART,
     FailedAttempt,
     HintModeError,
     feedback_hint,
     hint_parts,
     parse_hint_modes,
+    plan_problem,
     write_hint,
 )
 from arena.config import SessionConfig
@@ -173,6 +175,43 @@ def test_feedback_drops_a_line_that_would_reveal_the_answer():
 def test_answer_mode_is_star_rationalization():
     hint = write_hint(FakePolicy(lambda m, i: ""), ("answer",), "What is 43 + 14?", [], "57")
     assert hint.mode == "answer" and "57" in hint.text and "<answer>57</answer>" in hint.text
+
+
+REFERENCE = "Sunlight is scattered by air molecules, and blue light scatters far more than red light."
+
+
+def test_a_task_without_a_verifiable_answer_gets_no_answer_part():
+    """The free-text reference of a rubric-only task is the judge's only: no `answer` part, with the reason recorded."""
+    failed = [FailedAttempt("It is the ocean.", "ocean", "missed: Blue scatters more", feedback="judged reward 0.00")]
+    hint = write_hint(FakePolicy(lambda m, i: ""), ("feedback", "answer"), "Why is the sky blue?", failed, None,
+                      judge_reference=REFERENCE)
+    assert hint.mode == "feedback" and hint.rejected == [NO_ANSWER_PART]
+    assert "scatter" not in hint.text.lower() and "Blue scatters more" not in hint.text
+    assert write_hint(FakePolicy(lambda m, i: ""), ("answer",), "Why is the sky blue?", failed, None) is None
+
+
+def test_feedback_shows_the_solver_feedback_of_a_rubric_grade_not_the_judges_critique():
+    failed = [FailedAttempt("x", "ocean", "missed: Mentions scattering | pitfalls: Ocean reflection",
+                            feedback="judged reward 0.00; verifier: answer 'ocean' is incorrect"),
+              FailedAttempt("y", None, "missed: Mentions scattering", feedback="")]
+    text, rejected = feedback_hint(failed, "blue")
+    assert "judged reward 0.00; verifier: answer 'ocean' is incorrect" in text and "gave no answer." in text
+    assert "missed" not in text and "Ocean reflection" not in text and rejected == []
+
+
+def test_the_plan_teacher_reads_the_judge_reference_and_a_plan_repeating_it_or_a_title_is_rejected():
+    failed = [FailedAttempt("It is the ocean.", "ocean", "missed: Blue scatters more")]
+    replies = iter(["Say that blue light scatters far more than red light.",  # six words of the reference
+                    "Explain why blue scatters more.",  # a criterion title the teacher read in the critique
+                    "Name the process in the air that spreads light, and compare colours."])
+    t = FakePolicy(lambda m, i: next(replies))
+    hint = write_hint(t, ("plan",), "Why is the sky blue?", failed, None, judge_reference=REFERENCE,
+                      judge_only=["Blue scatters more"])
+    assert hint.text.startswith("Name the process") and len(hint.rejected) == 2
+    assert all("repeats the judge's reference or rubric" in r for r in hint.rejected)
+    prompt = t.calls[0][0][-1]["content"]
+    assert REFERENCE in prompt and "Correct answer" not in prompt  # privileged, and no verifiable answer to state
+    assert plan_problem("Blue light matters.", None, ["Blue"]) is None  # a one-word text is no copy
 
 
 def test_hint_parts_keeps_exactly_the_parts_asked_for_of_every_hint_write_hint_makes():
