@@ -31,6 +31,7 @@ from agents.roles.solver import solver_messages
 from arena.tasks.model import Task
 from lessons.criteria import Criterion, criterion_body
 from lessons.library.rubrics import RubricInfo, RubricStore
+from lessons.text import neutralise_model_text
 
 MAX_NEW_CRITERIA = 2  # per task per update
 SIMILARITY_THRESHOLD = 0.6  # a proposal this similar to an existing criterion is a duplicate
@@ -105,14 +106,28 @@ def dedupe_criteria(
 
 
 def proposal_messages(question: str, rubric: Sequence[Criterion], current: Sequence[str], reference: Sequence[str]) -> list[Message]:
-    """The teacher's chat for one task: rubric, A (current policy) and B (reference) responses."""
+    """The teacher's chat for one task: rubric, A (current policy) and B (reference) responses.
+
+    The responses and the rubric are model-written (the solver's, the reference policy's, earlier
+    proposals): neutralised (:func:`lessons.text.neutralise_model_text`) before they enter the chat.
+
+    Args:
+        question: the task text.
+        rubric: the task's current criteria.
+        current: completions of the current policy.
+        reference: completions of the reference policy.
+
+    Returns:
+        The system and user turns.
+    """
 
     def clip(t: str) -> str:
-        t = " ".join(t.split())
+        t = neutralise_model_text(t, one_line=True)
         return t if len(t) <= 400 else t[:399] + "…"
 
     lines = [f"Question: {clip(question)}", "Current rubric:"]
-    lines += [f"- {c.title} ({c.weight:g}): {c.description}" for c in rubric]
+    lines += [f"- {neutralise_model_text(c.title, one_line=True)} ({c.weight:g}): "
+              f"{neutralise_model_text(c.description, one_line=True)}" for c in rubric]
     lines.append("Responses A (current student):")
     lines += [f"A{i}. {json.dumps(clip(t))}" for i, t in enumerate(current, 1)]
     lines.append("Responses B (reference student):")
@@ -154,7 +169,9 @@ def propose_criteria(
 
     Returns:
         A :class:`ProposalResult` with at most :data:`MAX_NEW_CRITERIA` new, valid, non-duplicate
-        criteria. Never raises on bad model output (an unusable reply gives no criteria and ``error``).
+        criteria, in the teacher's order, their titles and descriptions neutralised
+        (:func:`lessons.text.neutralise_model_text`). Never raises on bad model output (an unusable
+        reply gives no criteria and ``error``).
     """
     base = proposal_messages(question, rubric, current, reference)
     prefill = ONLINE_PREFILL if getattr(teacher, "supports_prefill", False) else ""
@@ -163,7 +180,8 @@ def propose_criteria(
     def ask(error: str | None) -> str:
         msgs = list(base)
         if error is not None and replies:
-            msgs += [{"role": "assistant", "content": replies[-1]}, {"role": "user", "content": ONLINE_RETRY.format(error=error)}]
+            msgs += [{"role": "assistant", "content": neutralise_model_text(replies[-1])},
+                     {"role": "user", "content": ONLINE_RETRY.format(error=error)}]
         kwargs = {"prefill": prefill} if prefill else {}
         out = teacher.sample(msgs, n=1, temperature=0.3, max_tokens=max_tokens,
                              seed=None if seed is None else seed + len(replies), **kwargs)[0]
@@ -176,6 +194,9 @@ def propose_criteria(
     valid: list[Criterion] = []
     rejected: list[str] = []
     for item in outcome.value.criteria:
+        # a criterion the judge will read: its title and description are neutralised before validation
+        item = {k: neutralise_model_text(v, one_line=True) if k in ("title", "description") and isinstance(v, str) else v
+                for k, v in item.items()}
         try:
             valid.append(Criterion.model_validate(item))
         except ValidationError as e:
