@@ -8,6 +8,13 @@ rubric lacks. Proposals are validated as RaR criteria, deduplicated against the 
 other (:func:`dedupe_criteria`), and stored as a new rubric version whose new criteria link to the
 rollouts that motivated them (:meth:`lessons.library.rubrics.RubricStore.add_version`).
 
+A version obeys the limit of the first one, :data:`lessons.criteria.MAX_CRITERIA` criteria
+(inherited plus new): the inherited criteria are kept whole (the judge has graded against them,
+and their verdicts stay comparable), so only new ones are dropped, the last in the teacher's
+order first (it lists the criterion it finds most separating first, and :func:`propose_criteria`
+keeps that order). Each dropped one is named in :attr:`OnlineUpdate.rejected` and counted in
+:attr:`OnlineUpdate.over_limit`; a rubric already at the limit is not offered to the teacher.
+
 Which episodes make a batch comes from the database (:func:`due_batch`): the k-th batch is the
 session's recorded episodes k·N+1 … (k+1)·N in recording order, so a resumed session keeps the
 same batches as an uninterrupted one, and the batch that was due when a run was killed is
@@ -29,7 +36,7 @@ from agents.parsing import parse_with_retry
 from agents.policy import Message, Policy
 from agents.roles.solver import solver_messages
 from arena.tasks.model import Task
-from lessons.criteria import Criterion, criterion_body
+from lessons.criteria import MAX_CRITERIA, Criterion, criterion_body
 from lessons.library.rubrics import RubricInfo, RubricStore
 from lessons.text import neutralise_model_text
 
@@ -216,8 +223,9 @@ class OnlineUpdate:
 
     task_key: str
     version: RubricInfo | None  # the new version, or None when nothing was added
-    rejected: list[str]
+    rejected: list[str]  # one line per proposal not added, with why (the over-limit ones included)
     error: str | None
+    over_limit: int = 0  # valid new criteria dropped because the version would exceed MAX_CRITERIA
 
 
 def due_batch(recorded: Sequence[str], every: int, catch_up: bool = False) -> list[str]:
@@ -261,6 +269,10 @@ def update_rubrics(
     ``n_reference`` reference rollouts from ``reference`` with no lessons in context, the teacher's
     proposals (:func:`propose_criteria`), and a new rubric version when at least one survives. The
     new criteria record the current rollouts' ids and the reference completions they came from.
+    A version holds at most :data:`lessons.criteria.MAX_CRITERIA` criteria, inherited plus new:
+    the new ones that do not fit are dropped, the last in the teacher's order first, and counted
+    (:attr:`OnlineUpdate.over_limit`); a task whose rubric is already full is skipped before any
+    model is asked.
 
     Args:
         rubric_store: where rubric versions live.
@@ -284,6 +296,11 @@ def update_rubrics(
         if rubric is None:
             updates.append(OnlineUpdate(task.task_key, None, [], "task has no rubric"))
             continue
+        room = MAX_CRITERIA - len(rubric.criteria)
+        if room <= 0:
+            updates.append(OnlineUpdate(task.task_key, None, [], f"the rubric holds {len(rubric.criteria)} criteria, "
+                                        f"the limit of {MAX_CRITERIA}: no new criteria"))
+            continue
         current = [r for r in rows if r.task_key == task.task_key and not r.guided and r.reward is not None][:4]
         if not current:
             updates.append(OnlineUpdate(task.task_key, None, [], "no graded rollout of the current policy"))
@@ -294,15 +311,18 @@ def update_rubrics(
         criteria = [Criterion.model_validate(c.as_dict()) for c in rubric.criteria]
         res = propose_criteria(teacher, task.question, criteria, [r.completion for r in current],
                                [c.text for c in ref], max_tokens=teacher_max_tokens, seed=s)
-        if not res.criteria:
-            updates.append(OnlineUpdate(task.task_key, None, res.rejected, res.error))
+        fits, over = res.criteria[:room], res.criteria[room:]
+        rejected = res.rejected + [f"criterion {c.title!r} dropped (a rubric version holds at most {MAX_CRITERIA} "
+                                   f"criteria; {len(criteria)} are inherited)" for c in over]
+        if not fits:
+            updates.append(OnlineUpdate(task.task_key, None, rejected, res.error, len(over)))
             continue
         motivation = {"analysis": res.analysis, "reference_completions": [c.text for c in ref],
                       "current_rollout_ids": [r.id for r in current]}
         new = [
             {**c.model_dump(), "motivating_rollout_ids": [r.id for r in current], "motivation": motivation}
-            for c in res.criteria
+            for c in fits
         ]
         version = rubric_store.add_version(session_id, task.task_key, new, parent_id=rubric.id, note=res.analysis or None)
-        updates.append(OnlineUpdate(task.task_key, version, res.rejected, None))
+        updates.append(OnlineUpdate(task.task_key, version, rejected, None, len(over)))
     return updates
