@@ -18,6 +18,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from lessons.text import neutralise_model_text
+
 M = TypeVar("M", bound=BaseModel)
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)(?:```|$)", re.S)
@@ -177,7 +179,8 @@ def sample_and_parse(
     """Sample one reply from ``policy`` and parse it as ``model``, retrying with the error shown.
 
     The retry appends the bad reply and ``retry_template.format(error=...)`` to ``messages``
-    and samples with ``seed + attempt`` (the same seed often reproduces the same bad reply).
+    and samples with ``seed + attempt`` (the same seed often reproduces the same bad reply); the
+    bad reply is neutralised (:func:`lessons.text.neutralise_model_text`) before it is shown again.
     ``prefill`` starts the reply on backends that support it (``policy.supports_prefill``)
     and is part of the returned raw text. ``json_schema`` constrains decoding on backends that
     support it (``policy.supports_json_schema``: llama.cpp's grammar from a JSON schema); the
@@ -195,7 +198,7 @@ def sample_and_parse(
         msgs = list(messages)
         if error is not None and replies:
             msgs += [
-                {"role": "assistant", "content": replies[-1]},
+                {"role": "assistant", "content": neutralise_model_text(replies[-1])},  # model text: no control tokens
                 {"role": "user", "content": retry_template.format(error=error)},
             ]
         kwargs: dict[str, Any] = {"prefill": prefill} if prefill else {}

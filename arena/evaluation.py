@@ -25,6 +25,7 @@ from arena.stats import paired_comparison, wilson_interval
 from arena.tasks.extract import extract_answer
 from arena.tasks.model import Task, VerifierError
 from arena.tasks.verify import score
+from lessons.credentials import redact_credentials
 from lessons.library.store import LessonStore
 from lessons.outcomes import count_passes, passes
 
@@ -192,7 +193,7 @@ def evaluate_heldout(
         rewards.append(r)
         row: dict[str, Any] = {"task_key": t.task_key, "extracted_answer": ans, "reward": r, "lessons": ids}
         if fault is not None:
-            row.update(fault=fault.kind, error=str(fault))
+            row.update(fault=fault.kind, error=redact_credentials(str(fault)))  # stored: no endpoint password
         elif crash is not None:
             row.update(fault="verifier", error=crash)
         elif c.fault:

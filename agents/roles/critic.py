@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from agents.policy import Completion, Policy
 from lessons.outcomes import passes
-from lessons.text import contains_token
+from lessons.text import contains_token, neutralise_model_text
 
 # Must make the critic name the first mistake in one sentence, without giving the answer.
 CRITIC_SYSTEM = (
@@ -84,7 +84,7 @@ def grade_group(
             out = critic.sample(
                 [
                     {"role": "system", "content": CRITIC_SYSTEM},
-                    {"role": "user", "content": f"Task: {question}\nStudent answer:\n{c.text}"},
+                    {"role": "user", "content": f"Task: {question}\nStudent answer:\n{neutralise_model_text(c.text)}"},
                 ],
                 n=1,
                 temperature=0.0,

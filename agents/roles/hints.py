@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from agents.policy import Message, Policy
-from lessons.text import contains_token
+from lessons.text import contains_token, neutralise_model_text
 
 HINT_MODES = ("plan", "feedback", "answer")
 
@@ -235,7 +235,9 @@ def plan_hint(
     if judge_reference:
         lines.append(f"Reference answer, for you only (do NOT copy it): {_clip(judge_reference, 600)}")
     lines.append("Failed attempts:")
-    lines += [f"- {_clip(a.completion, 200)!r} ({a.critique})" for a in failed[:4]]
+    # the attempts and critiques are model-written: neutralised before they enter the teacher's prompt
+    lines += [f"- {_clip(neutralise_model_text(a.completion), 200)!r} ({neutralise_model_text(a.critique, one_line=True)})"
+              for a in failed[:4]]
     lines.append("Write the plan now, without the answer.")
     msgs: list[Message] = [{"role": "system", "content": PLAN_SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
     rejected = []

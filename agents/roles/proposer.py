@@ -36,7 +36,7 @@ from agents.parsing import sample_and_parse
 from agents.policy import Message, Policy
 from agents.roles.solver import solver_messages
 from lessons.answers import answer_text
-from lessons.text import contains_token
+from lessons.text import contains_token, neutralise_model_text
 
 # Must make the proposer write ONE variant of the task (same kind, same answer format), derive
 # its answer, and reply with only the JSON object.
@@ -67,7 +67,11 @@ MAX_ANSWER_CHARS = 200  # likewise the reference answer
 
 
 class ProposedTask(BaseModel):
-    """The proposer's reply: a new task, the derivation of its answer, and the answer."""
+    """The proposer's reply: a new task, the derivation of its answer, and the answer.
+
+    Each field is neutralised (:func:`lessons.text.neutralise_model_text`: no chat-control token
+    survives) and stripped; one left empty is a validation error.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
@@ -87,7 +91,10 @@ class ProposedTask(BaseModel):
     @field_validator("question", "justification", "answer")
     @classmethod
     def _strip(cls, v: str) -> str:
-        v = v.strip()
+        # an accepted proposal's question becomes a task every role's prompt shows (the solver's,
+        # the critic's, the teacher's, the judge's), and its answer the judge's reference and the
+        # answer hint: model text, neutralised where it enters (lessons.text.neutralise_model_text)
+        v = neutralise_model_text(v)
         if not v:
             raise ValueError("must not be empty")
         return v

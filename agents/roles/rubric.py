@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agents.parsing import ParseError, parse_model
 from agents.policy import Message, Policy
 from lessons.criteria import Criterion
+from lessons.text import neutralise_model_text
 
 # =======================================================================================
 # aggregation
@@ -206,15 +207,31 @@ def _clip(text: str, limit: int) -> str:
 def judge_user_message(
     question: str, response: str, criteria: Sequence[Criterion], reference: str | None = None, weights: bool = False
 ) -> str:
-    """The judge's view of one rollout: question, optional reference, numbered criteria, the response."""
+    """The judge's view of one rollout: question, optional reference, numbered criteria, the response.
+
+    The response (the solver's) and the criteria (a rubric file's, or the teacher's online
+    proposals) are neutralised (:func:`lessons.text.neutralise_model_text`): a literal
+    ``<|im_start|>`` in either cannot open a turn of the judge's chat.
+
+    Args:
+        question: the task text.
+        response: the rollout's completion.
+        criteria: the rubric.
+        reference: the reference answer, shown to the judge only, if any.
+        weights: list each criterion's weight (implicit grading).
+
+    Returns:
+        The user turn's text.
+    """
     lines = [f"Question: {_clip(question, 800)}"]
     if reference:
         lines.append(f"Reference answer (for the grader only): {_clip(reference, REFERENCE_MAX_CHARS)}")
     lines.append("Criteria:")
     for i, c in enumerate(criteria, 1):
         w = f" (weight {c.weight:g})" if weights else ""
-        lines.append(f"{i}. {c.title}{w}: {c.description}")
-    lines.append(f"Student response:\n{_clip(response, RESPONSE_MAX_CHARS) or '(empty)'}")
+        title, description = neutralise_model_text(c.title, one_line=True), neutralise_model_text(c.description, one_line=True)
+        lines.append(f"{i}. {title}{w}: {description}")
+    lines.append(f"Student response:\n{_clip(neutralise_model_text(response), RESPONSE_MAX_CHARS) or '(empty)'}")
     lines.append("Write the JSON object now.")
     return "\n".join(lines)
 
@@ -297,7 +314,8 @@ def _judge_loop(
     for attempt in range(1 + retries):
         msgs = list(messages)
         if error is not None and raw:
-            msgs += [{"role": "assistant", "content": raw[-1]}, {"role": "user", "content": JUDGE_RETRY.format(error=error)}]
+            msgs += [{"role": "assistant", "content": neutralise_model_text(raw[-1])},
+                     {"role": "user", "content": JUDGE_RETRY.format(error=error)}]
         kwargs: dict = {"prefill": use_prefill} if use_prefill else {}
         if json_schema is not None:
             kwargs["json_schema"] = json_schema

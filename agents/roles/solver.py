@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agents.policy import Completion, Message, Policy
-from lessons.text import neutralise_lesson
+from lessons.text import neutralise_lesson, neutralise_model_text
 
 # Must make the model reason briefly and end with a machine-readable answer tag.
 SOLVER_SYSTEM = (
@@ -126,11 +126,21 @@ def with_lessons_section(messages: Sequence[Message], lessons_section: str) -> l
 def guided_messages(messages: Sequence[Message], hint: str) -> list[Message]:
     """The same chat with the hint appended to the last user turn (Guide's guided context).
 
-    Everything else, lessons included, is unchanged, so dropping the hint gives back the
-    unguided context exactly.
+    The hint (a teacher's plan, the critic's feedback, the reference answer) is model-written
+    text: it is neutralised (:func:`lessons.text.neutralise_model_text`, line breaks kept) so a
+    literal ``<|im_start|>`` in a plan cannot open a turn in the rendered prompt. Everything
+    else, lessons included, is unchanged, so dropping the hint gives back the unguided context
+    exactly.
+
+    Args:
+        messages: the unguided chat (:func:`solver_messages`).
+        hint: the hint text.
+
+    Returns:
+        A copy of the chat with ``Hint:`` and the neutralised hint after the last turn's text.
     """
     out = [dict(m) for m in messages]
-    out[-1]["content"] = f"{out[-1]['content']}\n\nHint:\n{hint}"
+    out[-1]["content"] = f"{out[-1]['content']}\n\nHint:\n{neutralise_model_text(hint)}"
     return out
 
 

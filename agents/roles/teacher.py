@@ -20,7 +20,7 @@ from agents.policy import Message, Policy
 from agents.roles.critic import NOTE_CUT_OFF
 from lessons.ops import Reflection
 from lessons.outcomes import passes
-from lessons.text import contains_token
+from lessons.text import contains_token, neutralise_lesson, neutralise_model_text
 
 # Must make the teacher compare the group's attempts and return ONLY the JSON object below.
 TEACHER_SYSTEM = """You are a teacher. A student attempted one task several times; each attempt has a reward (1 = correct, 0 = wrong) and a critique.
@@ -194,13 +194,30 @@ def reflect_messages(
     what the hint taught that a general lesson could keep. Identical attempts (same text, reward
     and critique) are listed once with their count, and each is clipped to
     :data:`ATTEMPT_CHARS`: the prompt is what the teacher's time goes to on a CPU.
+
+    Everything here that a model wrote (the attempts, critiques, failed criteria, the hint, the
+    lessons) is neutralised (:func:`lessons.text.neutralise_model_text`) before it enters the
+    prompt, so a literal ``<|im_start|>`` in a rollout cannot open a turn of the teacher's chat.
+
+    Args:
+        family: the task family.
+        question: the task text.
+        rollouts: the group as the teacher sees it.
+        lessons_shown: ``(lesson_id, text)`` of the lessons in the solver's context.
+        hint: the hint of the guided rollouts, if any.
+        library_note: a line about the library's state, if any.
+
+    Returns:
+        The user turn's text.
     """
     lines = [f"Task family: {family}", f"Task: {_clip(question, 600)}", "Attempts:"]
 
     def attempts(views: Sequence[RolloutView], start: int) -> list[str]:
         counts: dict[tuple, int] = {}
         for r in views:
-            key = (_clip(r.completion, ATTEMPT_CHARS), r.reward, r.critique, tuple(r.failed_criteria or ()) if r.failed_criteria is not None else None)
+            failed = tuple(neutralise_model_text(t, one_line=True) for t in r.failed_criteria or ())
+            key = (_clip(neutralise_model_text(r.completion), ATTEMPT_CHARS), r.reward,
+                   neutralise_model_text(r.critique, one_line=True), failed if r.failed_criteria is not None else None)
             counts[key] = counts.get(key, 0) + 1
         out = []
         for i, ((text, reward, critique, failed), n) in enumerate(counts.items(), start):
@@ -218,12 +235,12 @@ def reflect_messages(
     if summary:
         lines.append(summary)
     if guided:
-        lines.append(f"All attempts failed, so the student tried again with this hint: {json.dumps(_clip(hint or '', 400))}")
+        lines.append(f"All attempts failed, so the student tried again with this hint: {json.dumps(_clip(neutralise_model_text(hint or ''), 400))}")
         lines.append("Guided attempts (what did the hint teach that a general lesson could keep?):")
         lines += attempts(guided, len(shown) + 1)
     if lessons_shown:
         lines.append("Lessons shown to the student:")
-        lines += [f"- {lid}: {json.dumps(text)}" for lid, text in lessons_shown]
+        lines += [f"- {lid}: {json.dumps(neutralise_lesson(text))}" for lid, text in lessons_shown]
     else:
         lines.append("Lessons shown to the student: none")
     if library_note:
@@ -395,8 +412,10 @@ def reflect(
     if rejected and not _has_ops(screened) and outcome.attempts < 2:
         # every op was screened out: one more try with the reasons shown (the 1.5B teacher often writes a
         # worked example of this task instead of a lesson; told so, it generalises)
-        again = base + [{"role": "assistant", "content": raw[-1]},
-                        {"role": "user", "content": TEACHER_SCREEN_RETRY.format(reasons="; ".join(r.split(":")[0] for r in rejected))}]
+        # the reply and the reasons (which quote its lesson ids) are model text: neutralised
+        reasons = neutralise_model_text("; ".join(r.split(":")[0] for r in rejected), one_line=True)
+        again = base + [{"role": "assistant", "content": neutralise_model_text(raw[-1])},
+                        {"role": "user", "content": TEACHER_SCREEN_RETRY.format(reasons=reasons)}]
         second = sample_and_parse(teacher, again, Reflection, TEACHER_RETRY, temperature,
                                   max_tokens, None if seed is None else seed + 7, prefill=TEACHER_PREFILL, retries=0,
                                   json_schema=reflection_schema(shown_ids, family))

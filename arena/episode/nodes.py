@@ -38,6 +38,7 @@ from lessons.library.rubrics import eligible_for_reflection
 from lessons.library.store import EpisodeRecord, HintRecord, RolloutRecord
 from lessons.ops import Reflection
 from lessons.outcomes import passes
+from lessons.credentials import redact_credentials
 from lessons.text import redact_token
 
 LIBRARY_FULL_FRACTION = 0.8  # the teacher is asked to merge/retire once the library holds this share of its budget
@@ -70,6 +71,15 @@ def _sample_group(ctx: EpisodeContext, messages: list[dict[str, str]], seed: int
     return [completion_entry(c, latency) for c in outs]
 
 
+def _fault_text(prefix: str, fault: Exception) -> str:
+    """``prefix`` and the fault's message, the password of any URL in it masked (CASE-005).
+
+    A fault's message names its endpoint; whatever backend raised it, what the episode stores
+    (a rollout's critique, the episode's error) never holds an endpoint's ``user:password@``.
+    """
+    return redact_credentials(f"{prefix}{fault}")
+
+
 def _sample_one(ctx: EpisodeContext, messages: list[dict[str, str]], seed: int | None) -> CompletionEntry:
     """One rollout on its own request; an endpoint fault makes it a failed entry."""
     s = ctx.settings
@@ -77,13 +87,17 @@ def _sample_one(ctx: EpisodeContext, messages: list[dict[str, str]], seed: int |
     try:
         c = ctx.roles.solver.sample(messages, n=1, temperature=s.temperature, max_tokens=s.max_tokens, seed=seed)[0]
     except EndpointFault as e:
-        return failed_entry(e.kind, str(e), time.perf_counter() - t0)
+        return failed_entry(e.kind, _fault_text("", e), time.perf_counter() - t0)
     return completion_entry(c, time.perf_counter() - t0)
 
 
 def _fault_grade(kind: str, reason: str) -> GradeEntry:
-    """The grade of a rollout an endpoint fault left ungraded (no completion, or a judge that never answered)."""
-    return {"reward": None, "extracted_answer": None, "critique": f"ungraded: {reason}"[:300], "graded": False,
+    """The grade of a rollout an endpoint fault left ungraded (no completion, or a judge that never answered).
+
+    Its critique is ``ungraded: <reason>``, URL passwords masked before the cut to 300 characters.
+    """
+    return {"reward": None, "extracted_answer": None, "critique": redact_credentials(f"ungraded: {reason}")[:300],
+            "graded": False,
             "fault": kind}
 
 
@@ -105,7 +119,7 @@ def _grade_group(ctx: EpisodeContext, state: EpisodeState, completions: list[Com
             try:
                 graded += ctx.reward.grade(task, [c], state["session_id"], seed)
             except EndpointFault as e:
-                graded.append(_fault_grade(e.kind, f"the grader's endpoint failed: {e}"))
+                graded.append(_fault_grade(e.kind, _fault_text("the grader's endpoint failed: ", e)))
     grades: list[GradeEntry] = [
         _fault_grade(c.get("fault") or "connection", c.get("fault_reason") or "no completion") for c in completions
     ]
@@ -187,7 +201,7 @@ def hint(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
             )
         except EndpointFault as e:  # costs the hint, not the episode
             return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": [],
-                    "hint_error": f"hint not written: {e}"}
+                    "hint_error": _fault_text("hint not written: ", e)}
         if written is None:
             return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": []}
         h = {"mode": written.mode, "text": written.text, "hint_id": None, "rejected": written.rejected}
@@ -274,7 +288,7 @@ def reflect(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
     try:
         result = _teacher_reflect(ctx, state, views, note)
     except EndpointFault as e:  # costs the reflection, not the episode
-        return _no_reflection(f"reflection not written: {e}")
+        return _no_reflection(_fault_text("reflection not written: ", e))
     return {
         "reflection": result.reflection.model_dump() if result.reflection else None,
         "reflection_raw": result.raw,
@@ -355,7 +369,8 @@ def _rollout_records(state: EpisodeState, completions: list[CompletionEntry], gr
 
 
 def _episode_error(state: EpisodeState) -> str | None:
-    """The episode's recorded error: the reflection's, the rejected ops and the hint's rejected parts, joined."""
+    """The episode's recorded error: the reflection's, the rejected ops and the hint's rejected parts, joined,
+    URL passwords masked (CASE-005)."""
     error = state.get("reflection_error")
     if state.get("rejected_ops"):
         error = "; ".join(filter(None, [error, *state["rejected_ops"]]))
@@ -364,7 +379,7 @@ def _episode_error(state: EpisodeState) -> str | None:
         error = "; ".join(filter(None, [error, *h["rejected"]]))
     if state.get("hint_error"):
         error = "; ".join(filter(None, [error, state["hint_error"]]))
-    return error
+    return redact_credentials(error) if error is not None else None
 
 
 def curate(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:

@@ -8,6 +8,13 @@ rubric lacks. Proposals are validated as RaR criteria, deduplicated against the 
 other (:func:`dedupe_criteria`), and stored as a new rubric version whose new criteria link to the
 rollouts that motivated them (:meth:`lessons.library.rubrics.RubricStore.add_version`).
 
+A version obeys the limit of the first one, :data:`lessons.criteria.MAX_CRITERIA` criteria
+(inherited plus new): the inherited criteria are kept whole (the judge has graded against them,
+and their verdicts stay comparable), so only new ones are dropped, the last in the teacher's
+order first (it lists the criterion it finds most separating first, and :func:`propose_criteria`
+keeps that order). Each dropped one is named in :attr:`OnlineUpdate.rejected` and counted in
+:attr:`OnlineUpdate.over_limit`; a rubric already at the limit is not offered to the teacher.
+
 Which episodes make a batch comes from the database (:func:`due_batch`): the k-th batch is the
 session's recorded episodes k·N+1 … (k+1)·N in recording order, so a resumed session keeps the
 same batches as an uninterrupted one, and the batch that was due when a run was killed is
@@ -29,8 +36,9 @@ from agents.parsing import parse_with_retry
 from agents.policy import Message, Policy
 from agents.roles.solver import solver_messages
 from arena.tasks.model import Task
-from lessons.criteria import Criterion, criterion_body
+from lessons.criteria import MAX_CRITERIA, Criterion, criterion_body
 from lessons.library.rubrics import RubricInfo, RubricStore
+from lessons.text import neutralise_model_text
 
 MAX_NEW_CRITERIA = 2  # per task per update
 SIMILARITY_THRESHOLD = 0.6  # a proposal this similar to an existing criterion is a duplicate
@@ -105,14 +113,28 @@ def dedupe_criteria(
 
 
 def proposal_messages(question: str, rubric: Sequence[Criterion], current: Sequence[str], reference: Sequence[str]) -> list[Message]:
-    """The teacher's chat for one task: rubric, A (current policy) and B (reference) responses."""
+    """The teacher's chat for one task: rubric, A (current policy) and B (reference) responses.
+
+    The responses and the rubric are model-written (the solver's, the reference policy's, earlier
+    proposals): neutralised (:func:`lessons.text.neutralise_model_text`) before they enter the chat.
+
+    Args:
+        question: the task text.
+        rubric: the task's current criteria.
+        current: completions of the current policy.
+        reference: completions of the reference policy.
+
+    Returns:
+        The system and user turns.
+    """
 
     def clip(t: str) -> str:
-        t = " ".join(t.split())
+        t = neutralise_model_text(t, one_line=True)
         return t if len(t) <= 400 else t[:399] + "…"
 
     lines = [f"Question: {clip(question)}", "Current rubric:"]
-    lines += [f"- {c.title} ({c.weight:g}): {c.description}" for c in rubric]
+    lines += [f"- {neutralise_model_text(c.title, one_line=True)} ({c.weight:g}): "
+              f"{neutralise_model_text(c.description, one_line=True)}" for c in rubric]
     lines.append("Responses A (current student):")
     lines += [f"A{i}. {json.dumps(clip(t))}" for i, t in enumerate(current, 1)]
     lines.append("Responses B (reference student):")
@@ -154,7 +176,9 @@ def propose_criteria(
 
     Returns:
         A :class:`ProposalResult` with at most :data:`MAX_NEW_CRITERIA` new, valid, non-duplicate
-        criteria. Never raises on bad model output (an unusable reply gives no criteria and ``error``).
+        criteria, in the teacher's order, their titles and descriptions neutralised
+        (:func:`lessons.text.neutralise_model_text`). Never raises on bad model output (an unusable
+        reply gives no criteria and ``error``).
     """
     base = proposal_messages(question, rubric, current, reference)
     prefill = ONLINE_PREFILL if getattr(teacher, "supports_prefill", False) else ""
@@ -163,7 +187,8 @@ def propose_criteria(
     def ask(error: str | None) -> str:
         msgs = list(base)
         if error is not None and replies:
-            msgs += [{"role": "assistant", "content": replies[-1]}, {"role": "user", "content": ONLINE_RETRY.format(error=error)}]
+            msgs += [{"role": "assistant", "content": neutralise_model_text(replies[-1])},
+                     {"role": "user", "content": ONLINE_RETRY.format(error=error)}]
         kwargs = {"prefill": prefill} if prefill else {}
         out = teacher.sample(msgs, n=1, temperature=0.3, max_tokens=max_tokens,
                              seed=None if seed is None else seed + len(replies), **kwargs)[0]
@@ -176,6 +201,9 @@ def propose_criteria(
     valid: list[Criterion] = []
     rejected: list[str] = []
     for item in outcome.value.criteria:
+        # a criterion the judge will read: its title and description are neutralised before validation
+        item = {k: neutralise_model_text(v, one_line=True) if k in ("title", "description") and isinstance(v, str) else v
+                for k, v in item.items()}
         try:
             valid.append(Criterion.model_validate(item))
         except ValidationError as e:
@@ -195,8 +223,9 @@ class OnlineUpdate:
 
     task_key: str
     version: RubricInfo | None  # the new version, or None when nothing was added
-    rejected: list[str]
+    rejected: list[str]  # one line per proposal not added, with why (the over-limit ones included)
     error: str | None
+    over_limit: int = 0  # valid new criteria dropped because the version would exceed MAX_CRITERIA
 
 
 def due_batch(recorded: Sequence[str], every: int, catch_up: bool = False) -> list[str]:
@@ -240,6 +269,10 @@ def update_rubrics(
     ``n_reference`` reference rollouts from ``reference`` with no lessons in context, the teacher's
     proposals (:func:`propose_criteria`), and a new rubric version when at least one survives. The
     new criteria record the current rollouts' ids and the reference completions they came from.
+    A version holds at most :data:`lessons.criteria.MAX_CRITERIA` criteria, inherited plus new:
+    the new ones that do not fit are dropped, the last in the teacher's order first, and counted
+    (:attr:`OnlineUpdate.over_limit`); a task whose rubric is already full is skipped before any
+    model is asked.
 
     Args:
         rubric_store: where rubric versions live.
@@ -263,6 +296,11 @@ def update_rubrics(
         if rubric is None:
             updates.append(OnlineUpdate(task.task_key, None, [], "task has no rubric"))
             continue
+        room = MAX_CRITERIA - len(rubric.criteria)
+        if room <= 0:
+            updates.append(OnlineUpdate(task.task_key, None, [], f"the rubric holds {len(rubric.criteria)} criteria, "
+                                        f"the limit of {MAX_CRITERIA}: no new criteria"))
+            continue
         current = [r for r in rows if r.task_key == task.task_key and not r.guided and r.reward is not None][:4]
         if not current:
             updates.append(OnlineUpdate(task.task_key, None, [], "no graded rollout of the current policy"))
@@ -273,15 +311,18 @@ def update_rubrics(
         criteria = [Criterion.model_validate(c.as_dict()) for c in rubric.criteria]
         res = propose_criteria(teacher, task.question, criteria, [r.completion for r in current],
                                [c.text for c in ref], max_tokens=teacher_max_tokens, seed=s)
-        if not res.criteria:
-            updates.append(OnlineUpdate(task.task_key, None, res.rejected, res.error))
+        fits, over = res.criteria[:room], res.criteria[room:]
+        rejected = res.rejected + [f"criterion {c.title!r} dropped (a rubric version holds at most {MAX_CRITERIA} "
+                                   f"criteria; {len(criteria)} are inherited)" for c in over]
+        if not fits:
+            updates.append(OnlineUpdate(task.task_key, None, rejected, res.error, len(over)))
             continue
         motivation = {"analysis": res.analysis, "reference_completions": [c.text for c in ref],
                       "current_rollout_ids": [r.id for r in current]}
         new = [
             {**c.model_dump(), "motivating_rollout_ids": [r.id for r in current], "motivation": motivation}
-            for c in res.criteria
+            for c in fits
         ]
         version = rubric_store.add_version(session_id, task.task_key, new, parent_id=rubric.id, note=res.analysis or None)
-        updates.append(OnlineUpdate(task.task_key, version, res.rejected, None))
+        updates.append(OnlineUpdate(task.task_key, version, rejected, None, len(over)))
     return updates

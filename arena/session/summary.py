@@ -210,7 +210,8 @@ def cycles_summary(store: LessonStore, session: str, session_id: int, cfg: Sessi
 
 
 def online_rubrics_summary(updates: Sequence[Any]) -> dict[str, Any]:
-    """The ``online_rubric_updates`` part: tasks updated, rubric versions added, criteria rejected, first 10 failures.
+    """The ``online_rubric_updates`` part: tasks updated, rubric versions added, criteria rejected (of them: over the
+    rubric's criterion limit), first 10 failures.
 
     Args:
         updates: one :class:`arena.session.online_rubrics.OnlineUpdate` per task per update.
@@ -219,5 +220,6 @@ def online_rubrics_summary(updates: Sequence[Any]) -> dict[str, Any]:
         "tasks": len(updates),
         "versions_added": sum(u.version is not None for u in updates),
         "criteria_rejected": sum(len(u.rejected) for u in updates),
+        "criteria_over_limit": sum(getattr(u, "over_limit", 0) for u in updates),  # dropped: MAX_CRITERIA reached
         "failed": [f"{u.task_key}: {u.error}" for u in updates if u.error][:10],
     }

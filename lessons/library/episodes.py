@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from lessons.credentials import redact_credentials
 from lessons.db.schema import CriterionVerdictRow, EpisodeRow, HintRow, LessonRow, RolloutRow, TaskRow, utcnow
 from lessons.library.curation import Curator, Provenance, apply_reflection
 from lessons.library.records import (
@@ -81,7 +82,9 @@ def _insert_episode(
     """Add the episode row, its rollout rows with their grading and the judge's verdicts (flushed: all have ids).
 
     ``mean_reward`` is the mean reward of the graded unguided rollouts (of all graded ones if
-    every one is guided; 0.0 without any).
+    every one is guided; 0.0 without any). Critiques and the episode's error are stored with the
+    password of any URL in them masked (:func:`lessons.credentials.redact_credentials`): a fault's
+    message names its endpoint.
     """
     graded = [r for r in rec.rollouts if r.reward is not None]
     unguided = [r.reward for r in graded if not r.guided] or [r.reward for r in graded]
@@ -93,7 +96,8 @@ def _insert_episode(
         system_prompt=rec.system_prompt,
         lessons_in_context=list(context_ids),
         reflection=_reflection_json(rec),
-        reflection_error=rec.reflection_error,
+        # a fault's message names its endpoint: no password reaches the shared database (CASE-005)
+        reflection_error=redact_credentials(rec.reflection_error) if rec.reflection_error is not None else None,
         mean_reward=statistics.fmean(unguided) if unguided else 0.0,
         started_at=rec.started_at or now,
         finished_at=rec.finished_at or now,
@@ -109,7 +113,7 @@ def _insert_episode(
             completion=r.completion,
             extracted_answer=r.extracted_answer,
             reward=float(r.reward) if r.reward is not None else None,
-            critique=r.critique,
+            critique=redact_credentials(r.critique),
             prompt_tokens=r.prompt_tokens,
             completion_tokens=r.completion_tokens,
             finish_reason=r.finish_reason,

@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from lessons.criteria import criterion_category
+from lessons.criteria import MAX_CRITERIA, criterion_category
 from lessons.db.schema import (
     CriterionVerdictRow,
     EpisodeRow,
@@ -294,7 +294,8 @@ class RubricStore:
             The new :class:`RubricInfo`.
 
         Raises:
-            ValueError: no new criteria.
+            ValueError: no new criteria, or the version would hold more than
+                :data:`lessons.criteria.MAX_CRITERIA` (the parent's criteria plus the new ones).
             StoreError: no such task or rubric, or ``parent_id`` is not the newest version.
         """
         if not new_criteria:
@@ -306,6 +307,10 @@ class RubricStore:
             parent = rows[-1]
             if parent.id != parent_id:
                 raise StoreError(f"rubric {parent_id} of {task_key} is not the newest version (that is {parent.id})")
+            if len(parent.criteria) + len(new_criteria) > MAX_CRITERIA:
+                raise ValueError(f"a rubric version holds at most {MAX_CRITERIA} criteria: {len(parent.criteria)} "
+                                 f"inherited plus {len(new_criteria)} new is too many; add at most "
+                                 f"{max(0, MAX_CRITERIA - len(parent.criteria))}")
             row = RubricRow(task_id=parent.task_id, version=parent.version + 1, parent_id=parent.id, source="online",
                             note=note, created_at=utcnow())
             s.add(row)

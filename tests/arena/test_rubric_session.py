@@ -104,7 +104,7 @@ def test_online_rubrics_add_a_version_with_lineage(setup):
     # 2 updates x 2 train tasks; the first adds a version per task (1 duplicate dropped each), the second
     # proposes the same 2 criteria again, now both duplicates
     assert summary["online_rubric_updates"] == {"tasks": 4, "versions_added": 2, "criteria_rejected": 6,
-                                                "failed": []}
+                                                "criteria_over_limit": 0, "failed": []}
     rs = RubricStore(store)
     sid = store.get_session("s3").id
     task_key = splits.train[0].task_key
@@ -183,3 +183,48 @@ def test_migration_from_0002_keeps_rewards_and_downgrade_fills_ungraded(tmp_path
     command.downgrade(alembic_config(url), "0002")
     with sqlite3.connect(tmp_path / "old.db") as c:
         assert c.execute("select id, reward from rollouts order by id").fetchall() == [(1, 0.5), (2, 0.0)]
+
+
+def test_online_rubric_versions_obey_the_criterion_limit_of_the_first(tmp_path):
+    """A version holds at most MAX_CRITERIA criteria, inherited plus new; the teacher's later new ones are dropped."""
+    from arena.session.online_rubrics import update_rubrics
+    from lessons.criteria import MAX_CRITERIA
+    from rubric_scripts import NEW_CRITERION
+
+    rubric = [{"title": f"Point q{i}", "description": f"Optional Criteria: Says point q{i} holds.", "weight": 1}
+              for i in range(MAX_CRITERIA - 1)]  # one short of the limit: room for one new criterion
+    second = {"title": "Mentions ozone", "description": "Important Criteria: Says ozone absorbs ultraviolet light.", "weight": 2}
+    path = tmp_path / "sky.jsonl"
+    path.write_text("\n".join(json.dumps({"question": f"Question {i}: why is the sky blue?", "family": "sky", "rubric": rubric,
+                                          "answer": "blue", "requires_work": True}) for i in range(4)) + "\n")
+    store = LessonStore(str(tmp_path / "arena.db"))
+    splits = load_tasks([], path, n_train=2, n_heldout=2, seed=1)
+    cfg = SessionConfig(db=str(tmp_path / "arena.db"), families=[], tasks_file=path, train_tasks=2, heldout_tasks=2,
+                        rounds=2, rollouts=4, reward="rubric-explicit", critic="local", success_threshold=0.8,
+                        online_rubrics=2)
+
+    def proposing(messages, i):  # two valid, distinct new criteria every time
+        if messages[0]["content"] == ONLINE_SYSTEM:
+            return json.dumps({"analysis": "A names the process.", "criteria": [NEW_CRITERION, second]})
+        return teacher(messages, i)
+
+    r = roles()
+    r = Roles(r.solver, FakePolicy(proposing, "teacher"), r.critic)
+    try:
+        summary = run_session(cfg, store, r, splits, "s", checkpointer=InMemorySaver())
+        rs = RubricStore(store)
+        sid = store.get_session("s").id
+        for t in splits.train:
+            history = rs.rubric_history(sid, t.task_key)
+            # v1 (file, 29), v2 (+ the teacher's first, up to 30, its second dropped); the next update finds v2 full
+            assert [len(h.criteria) for h in history] == [MAX_CRITERIA - 1, MAX_CRITERIA]
+            assert history[-1].criteria[-1].title == NEW_CRITERION["title"]
+            with pytest.raises(ValueError, match=f"at most {MAX_CRITERIA} criteria"):  # the store refuses more too
+                rs.add_version(sid, t.task_key, [second], parent_id=history[-1].id)
+        updates = summary["online_rubric_updates"]
+        assert updates["versions_added"] == 2 and updates["criteria_over_limit"] == 2
+        assert any(f"limit of {MAX_CRITERIA}" in f for f in updates["failed"])  # the second update: rubrics full, teacher not asked
+        online_asks = [m for m, _ in r.teacher.calls if m[0]["content"] == ONLINE_SYSTEM]
+        assert len(online_asks) == 2  # one per task in the first update only
+    finally:
+        store.close()
