@@ -1,6 +1,6 @@
 """A fault-injecting OpenAI-compatible server for tests: stdlib only, loopback only, a free port.
 
-``FaultServer`` answers ``GET /v1/models`` (the model ``M``) and ``POST /v1/chat/completions``.
+``FaultServer`` answers ``GET /v1/models`` (the model ``M``, or the ``models`` it is given) and ``POST /v1/chat/completions``.
 Each chat request gets the mode its index picks (``modes`` cycles over the requests, or a
 callable ``(index, body) -> mode`` that may look at the request); the modes are those a user meets when a server misbehaves:
 
@@ -55,20 +55,24 @@ class FaultServer:
         content: ``body -> text`` of a normal reply (e.g. a solver's answer or a teacher's JSON); overrides ``answer``.
         huge_chars: length of a ``huge`` reply.
         slow_s: seconds a ``slow`` reply waits.
+        models: the ids ``GET /v1/models`` lists (``()``: an endpoint that lists none).
 
     Attributes:
         requests: the JSON bodies of the chat requests received, in order.
         served: the mode each chat request got, in order.
+        listings: ``GET /v1/models`` requests received.
     """
 
     def __init__(self, modes: Sequence[str] | Callable[[int, dict[str, Any]], str] = ("normal",), answer: str = "4",
                  huge_chars: int = 400_000, slow_s: float = 2.0,
-                 content: Callable[[dict[str, Any]], str] | None = None) -> None:
+                 content: Callable[[dict[str, Any]], str] | None = None, models: Sequence[str] = (MODEL,)) -> None:
         for m in ([] if callable(modes) else modes):
             if m not in MODES:
                 raise ValueError(f"unknown fault mode {m!r}; one of {', '.join(MODES)}")
         self.modes, self.answer, self.huge_chars, self.slow_s = modes, answer, huge_chars, slow_s
         self.content = content
+        self.models = tuple(models)
+        self.listings = 0
         self.requests: list[dict[str, Any]] = []
         self.served: list[str] = []
         self._lock = threading.Lock()
@@ -134,7 +138,9 @@ class FaultServer:
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 if self.path.rstrip("/") == "/v1/models":
-                    self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+                    with server._lock:
+                        server.listings += 1
+                    self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
                 else:
                     self._json(404, {"error": {"message": "Not Found"}})
 

@@ -13,8 +13,10 @@ from sqlalchemy.orm import Session
 from agents.backends.fake import FakePolicy
 from agents.roles.hints import (
     NO_ANSWER_PART,
+    PLAN_ATTEMPTS,
     FailedAttempt,
     HintModeError,
+    answer_hint,
     feedback_hint,
     hint_parts,
     parse_hint_modes,
@@ -89,6 +91,7 @@ def test_all_fail_groups_go_guided_mixed_groups_do_not(env, tmp_path):
     assert summary["pass_at_k_with_hints"] == 1.0
     assert summary["rollouts"] == 6 * 4 + 4 * 4
     rows = rollouts(tmp_path / "a.db")
+    assert len(rows) == summary["rollouts"]
     guided = [r for r in rows if r[0]]
     assert len(guided) == 16
     for is_guided, hint_id, messages, unguided, reward, _ in guided:
@@ -97,7 +100,10 @@ def test_all_fail_groups_go_guided_mixed_groups_do_not(env, tmp_path):
         # the unguided context is the same chat without the hint, lessons and all
         assert unguided[:-1] == messages[:-1]
         assert messages[-1]["content"].startswith(unguided[-1]["content"] + "\n\nHint:\n")
-    assert all(r[3] is None and r[1] is None for r in rows if not r[0])
+    unguided = [r for r in rows if not r[0]]
+    assert len(unguided) == 6 * 4  # 3 train tasks x 2 rounds, 4 rollouts each
+    for _, hint_id, messages, unguided_messages, _, _ in unguided:
+        assert hint_id is None and unguided_messages is None and "Hint:" not in messages[-1]["content"]
 
 
 def test_hints_are_reused_in_later_rounds(env):
@@ -129,7 +135,8 @@ def test_plan_that_states_the_answer_is_rejected_and_regenerated():
     failed = [FailedAttempt("<answer>50</answer>", "50", "answer '50' is incorrect")]
     hint = write_hint(t, ("plan",), "What is 43 + 14?", failed, "57")
     assert hint.text == "Add tens first, then ones." and hint.mode == "plan"
-    assert len(hint.rejected) == 2 and all("reference answer" in r for r in hint.rejected)
+    assert hint.rejected == ["plan rejected (contains the reference answer): 'Just write 57.'",
+                             "plan rejected (contains the reference answer): 'The sum is 57, so write that.'"]
     assert len(t.calls) == 3
 
 
@@ -150,7 +157,9 @@ def test_plan_that_claims_a_wrong_answer_is_rejected_too():
     for plan in ("The answer is their sum.", "The result comes from adding 43 and 14 in two steps.", "Add the tens first; 40 + 10 = 50."):
         assert write_hint(FakePolicy(lambda m, i, p=plan: p), ("plan",), "What is 43 + 14?", failed, "57").text == plan
     first = write_hint(FakePolicy(lambda m, i: "The answer is 8."), ("plan", "feedback"), "What is 43 + 14?", failed, "57")
-    assert first.mode == "feedback" and all("states a final answer" in r for r in first.rejected)
+    # every plan attempt claims an answer and is rejected; the feedback part has nothing to reject
+    assert first.mode == "feedback" and first.text == feedback_hint(failed, "57")[0]
+    assert first.rejected == ["plan rejected (states a final answer): 'The answer is 8.'"] * PLAN_ATTEMPTS
 
 
 def test_plan_that_always_leaks_is_dropped_and_other_parts_remain():
@@ -169,7 +178,7 @@ def test_feedback_drops_a_line_that_would_reveal_the_answer():
     ]
     text, rejected = feedback_hint(failed, "57")
     assert "'50'" in text and "gave no answer" in text and "57" not in text
-    assert len(rejected) == 1
+    assert rejected == ["feedback line rejected (contains the reference answer)"]  # the second attempt's line
 
 
 def test_answer_mode_is_star_rationalization():
@@ -257,9 +266,16 @@ def test_heldout_tasks_are_never_guided(env):
     task = splits.heldout[0]
     final = graph.invoke({"session_id": sid, "episode_key": "e1", "round": 1, "task_key": task.task_key, "seed": 1},
                          {"configurable": {"thread_id": "x"}})
-    assert max(g["reward"] for g in final["grades"]) == 0.0
-    assert not final.get("hint") and not final.get("guided_completions")
+    assert [g["reward"] for g in final["grades"]] == [0.0] * 4  # an all-fail group...
+    assert not final.get("hint") and not final.get("guided_completions")  # ...left unguided
     assert store.hints() == []
+    # the control: the same graph guides a train task's all-fail group (with the answer hint it was given)
+    train = splits.train[0]
+    final = graph.invoke({"session_id": sid, "episode_key": "e2", "round": 1, "task_key": train.task_key, "seed": 1},
+                         {"configurable": {"thread_id": "y"}})
+    assert [g["reward"] for g in final["grades"]] == [0.0] * 4
+    assert final["hint"]["text"] == answer_hint(train.answer) and len(final["guided_completions"]) == 4
+    assert [h.task_key for h in store.hints()] == [train.task_key]
 
 
 def test_a_whole_session_never_guides_or_reflects_on_heldout_tasks(env):
@@ -267,7 +283,13 @@ def test_a_whole_session_never_guides_or_reflects_on_heldout_tasks(env):
     t = FakePolicy(teacher)
     run_session(cfg, store, Roles(FakePolicy(solver(set())), t), splits, "h2", checkpointer=InMemorySaver())
     heldout_questions = {task.question for task in splits.heldout}
-    assert all(h.task_key.split("/")[1] == "train" for h in store.hints())
+    assert len(heldout_questions) == 3
+    # the solver never solves a task: every train group is all-fail and gets a hint, one per train task
+    assert sorted(h.task_key for h in store.hints()) == sorted(task.task_key for task in splits.train)
+    # the teacher's requests: one plan per hint (round 2 reuses them), and a reflection on every train episode (its
+    # group, guided to success, is mixed) -- none on a held-out task
+    plans = [msgs for msgs, _ in t.calls if msgs[0]["content"].startswith("You are a teacher. A student failed")]
+    assert len(plans) == len(splits.train) and len(t.calls) - len(plans) == len(splits.train) * cfg.rounds
     for msgs, _ in t.calls:
         assert not any(q in m["content"] for m in msgs for q in heldout_questions)
 

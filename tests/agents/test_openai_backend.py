@@ -141,6 +141,23 @@ def test_check_rejects_unknown_model(llama_server: str) -> None:
     assert "\n" not in msg
 
 
+def test_check_accepts_any_model_name_when_the_listing_is_empty(fault_server) -> None:
+    """An endpoint whose ``/v1/models`` lists no model at all: check() takes the empty listing as "cannot tell" and
+    returns without raising and without a probe completion, whatever the model name; a listing that names other
+    models is read (the control)."""
+    server = fault_server(["normal"], models=())
+    for name in ("M", "no-such-model"):
+        assert OpenAIPolicy(name, base_url=server.base_url, max_retries=0).check() is None
+    assert server.listings == 2  # one GET /models per check()...
+    assert server.requests == []  # ...and no chat completion: the 404 fallback is not taken
+    # the same server listing one other model: the name is refused and the listing quoted
+    other = fault_server(["normal"], models=("other-model",))
+    with pytest.raises(PolicyError) as info:
+        OpenAIPolicy("no-such-model", base_url=other.base_url, max_retries=0).check()
+    assert str(info.value) == f"model 'no-such-model' not found at {other.base_url}; available: other-model"
+    assert other.requests == []
+
+
 def test_wrong_path_is_not_found(llama_server: str) -> None:
     # /models answers 404 here, so check() falls back to a one-token completion (also 404)
     wrong = OpenAIPolicy(MODEL, base_url=llama_server.removesuffix("/v1") + "/nope", max_retries=0)

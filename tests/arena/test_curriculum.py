@@ -73,7 +73,9 @@ def test_a_raised_lower_bound_stays_raised_and_bare_specs_start_at_their_default
 
 def test_families_without_a_curriculum_have_no_knob():
     ladder = DifficultyLadder(parse_family_spec("gsm_symbolic"))
-    assert not ladder.has_knob and ladder.rung(0) is not None and ladder.rung(1) is None and ladder.rung(-1) is None
+    assert not ladder.has_knob and ladder.rung(1) is None and ladder.rung(-1) is None
+    base = ladder.rung(0)  # the family as given: no levels to move, nothing overridden
+    assert (base.step, base.levels, base.overrides, base.moves) == (0, {}, {}, {})
 
 
 def test_band_action_and_slots():
@@ -239,7 +241,10 @@ def test_held_out_tasks_are_unaffected_by_adaptation(tmp_path):
     # no episode ran on a held-out task, and the final-difficulty set shares no question with training
     records = CurriculumRecords(store)
     tasks = {t.task_key: t for t in records.session_tasks(sid)}
-    episode_keys = {g.task_key for g in store.group_outcomes(sid)}
+    groups = store.group_outcomes(sid)
+    assert [g.task_key for g in groups if g.round == 1] == [t.task_key for t in splits.train]
+    assert {g.round for g in groups} == {1, 2, 3}
+    episode_keys = {g.task_key for g in groups}
     assert all(tasks[k].split == "train" for k in episode_keys)
     final_keys = [d["task_key"] for d in evals["heldout_final_difficulty"].details["tasks"]]
     assert final_keys and all(k.startswith("chain_sum/heldout/s-01-") for k in final_keys)
@@ -257,24 +262,27 @@ def test_case_006_a_session_refuses_a_respelled_held_out_proposal_and_never_trai
     the session refuses them as held-out, and no train task or episode is a held-out task in any spelling."""
     def proposer(parent):
         proposer.calls += 1
-        q = splits.heldout[proposer.calls % len(splits.heldout)].question
-        prefix, terms = q.split(":", 1)
+        task = splits.heldout[proposer.calls % len(splits.heldout)]
+        prefix, terms = task.question.split(":", 1)
         full_width = {ord(d): 0xFF10 + int(d) for d in "0123456789"}
         terms = terms.replace(" ", "") if proposer.calls % 2 else terms.translate(full_width)
         q = f"{prefix}: {terms}"
         ref, _ = chain_sum_reference(q)
-        assert ref is not None, q  # the chain_sum verifier accepts the respelled question
+        assert ref == task.answer, q  # the chain_sum verifier reads the respelled question as the held-out task
+        proposer.sent.append((q, task.task_key))
         return {"question": q, "justification": f"so it is {ref}", "answer": ref}
 
-    proposer.calls = 0
+    proposer.calls, proposer.sent = 0, []
     cfg, splits, store = session(tmp_path, families=(HARD,), curriculum="frontier", proposals=2, rounds=2)
     run_session(cfg, store, Roles(FakePolicy(curve_solver), make_teacher(proposer)), splits, "case006",
                 checkpointer=InMemorySaver())
     sid = store.get_session("case006").id
     records = CurriculumRecords(store)
     props = records.proposals(sid)
-    assert len(props) == proposer.calls >= 2
-    assert all(p.status == "rejected" and p.reason_code == "heldout" for p in props)
+    # proposals follow every round but the last; both spellings (no spaces, full-width digits) were sent
+    assert len(props) == proposer.calls == cfg.proposals * (cfg.rounds - 1) == 2
+    assert [(p.question, p.status, p.reason_code, p.reason, p.task_key) for p in props] == [
+        (q, "rejected", "heldout", f"the question is held-out task {key}", None) for q, key in proposer.sent]
     tasks = records.session_tasks(sid)
     heldout = {task_identity(t) for t in tasks if t.split == "heldout"}
     assert not {task_identity(t) for t in tasks if t.split == "train"} & heldout
@@ -369,12 +377,23 @@ def test_case_006_a_held_out_task_written_without_spaces_is_refused_as_held_out(
         "State the final answer to the following arithmetic problem: 12 + +5 =",  # the same signed terms
         "State the final answer to the following arithmetic problem: 12 + 05 =",
         "State the final answer to the following arithmetic problem : 12 + 5 =",  # punctuation spacing
+        "State the final answer to the following arithmetic problem: 12\t+\n5 =",  # tab and newline between terms
+        "State the final answer to the following arithmetic problem:\n12 + 5 =",  # the terms on their own line
+        "  State  the final answer to the following  arithmetic problem: 12 + 5 =",  # whitespace moved in the text
+        "state the final answer to the following arithmetic problem: 12 + 5 =",  # lower case
+        "sTaTe ThE fInAl AnSwEr To ThE fOlLoWiNg ArItHmEtIc PrObLeM: 12 + 5 =",  # mixed case
+        "State the final answer to the following arithmetic problem: \uff11\uff12+\uff15 =",  # full-width, no spaces
+        "State the final answer to the following arithmetic problem: \uff11\uff12\uff0b\uff15\uff1d",  # full-width + and =
+        "State the final answer to the following arithmetic problem: \u0661\u0662 + \u0665 =",  # Arabic-Indic digits
+        "State the final answer to the following arithmetic problem: 12 + 5 =!",  # other trailing punctuation
+        "State the final answer to the following arithmetic problem: 12 + 5 =  ?  ",
     ],
 )
 def test_case_006_every_spelling_of_a_held_out_task_is_refused(proposal):
-    """CASE-006: spacing, case, Unicode digits and spaces, trailing punctuation: still the held-out task."""
+    """CASE-006: spacing, whitespace of any kind anywhere, case, Unicode digits and operators, trailing
+    punctuation: still the held-out task, named as such."""
     r = check(proposal, "17", known=case_006_known())
-    assert not r.accepted and r.reason_code == "heldout", (proposal, r.reason)
+    assert (r.accepted, r.reason_code, r.reason) == (False, "heldout", "the question is held-out task chain_sum/heldout/00007")
 
 
 def test_case_006_the_held_out_check_comes_first_and_reads_the_held_out_spelling_too():
@@ -475,7 +494,11 @@ def test_accepted_proposals_join_the_pool_with_their_parent_and_rejected_ones_ke
     assert [p.task_key for p in accepted] == ["balls/train/p001-00", "balls/train/p002-00"]
     assert all(p.check == "agreement" and p.check_detail["agree"] == 4 for p in accepted)
     rejected = [p for p in props if p.status == "rejected"]
-    assert all(p.reason.startswith("only 0 of 4 independent samples agree") for p in rejected)
+    # the even calls (2 and 4) sent a reference 5 above the sum; none of the 4 samples agrees, 3 are needed
+    wrong = [str(2 * (100 + c) + 3 + 5) for c in (2, 4)]
+    assert [p.answer for p in rejected] == wrong
+    assert [p.reason for p in rejected] == [
+        f"only 0 of 4 independent samples agree with the reference answer '{w}' (need 3)" for w in wrong]
     tasks = {t.task_key: t for t in records.session_tasks(sid)}
     first = tasks["balls/train/p001-00"]
     assert first.origin == "proposer" and first.parent_key == accepted[0].parent_key and first.source == "proposed"

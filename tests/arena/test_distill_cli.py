@@ -15,11 +15,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from session_scripts import make_session
+from session_scripts import make_session, session_rollouts
 from tiny_llama import make_tiny
 
+from agents.roles.solver import guided_messages, solver_messages
 from arena.config import SessionConfig
-from lessons.library.store import LessonStore
+from arena.distill.config import OBJECTIVES, RL_OBJECTIVES, DistillConfig, TrainConfig
+from arena.distill.pipeline import collect_data
+from arena.tasks.sources import load_tasks
+from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
 
 
 def arena(*args, cwd=None):
@@ -248,35 +252,125 @@ def test_adapter_goes_to_the_local_solver_only_and_its_distilled_lessons_leave_t
         assert adapter_distilled_lessons(store, str(tmp_path / "ad")) == ("chain_sum-00001",)
 
 
-@pytest.mark.parametrize("objective", ["distill", "guide-grpo", "opcd"])
-def test_ungraded_and_flagged_rollouts_never_become_training_data(objective, db, tiny, arena_inproc):
-    """Every objective's data path keeps to `eligible_for_training` (issue "Faults, bad input and speed", claims)."""
-    # flag the rollout the objective would otherwise train on: an unguided success, or (opcd) the guided chat
-    which = "guided = 1" if objective == "opcd" else "guided = 0 and idx = 0"
-    with sqlite3.connect(db) as c:
-        first, second = [r[0] for r in c.execute("select id from episodes order by id")]
-        flagged = c.execute(f"select id from rollouts where episode_id = ? and {which}", (first,)).fetchone()[0]
-        c.execute("update rollouts set hack_flags = '[\"verifier_disagrees\"]' where id = ?", (flagged,))
-        c.execute("update rollouts set reward = NULL, grading_status = 'ungraded' where episode_id = ? and guided = 1",
-                  (second,))
-        ungraded = c.execute("select id from rollouts where episode_id = ? and guided = 1", (second,)).fetchone()[0]
-        # a fourth unguided rollout in the first episode (an unflagged copy of its success), so guide-grpo keeps a
-        # group with unequal rewards
-        c.execute("insert into rollouts (episode_id, idx, messages, completion, extracted_answer, reward, critique, "
-                  "prompt_tokens, completion_tokens, finish_reason, latency_s, guided, token_ids, logprobs) "
-                  "select episode_id, 5, messages, completion, extracted_answer, reward, critique, prompt_tokens, "
-                  "completion_tokens, finish_reason, latency_s, guided, token_ids, logprobs from rollouts "
-                  "where episode_id = ? and guided = 0 and idx = 0", (first,))
-        c.execute("update lessons set status = 'active'")  # opcd's teachers see the library's active lessons
-    proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", objective, "--steps", "1",
-                        "--eval-max-tokens", "2", "--json")
+# --------------------------------------------------------------------------- rollouts no objective may train on
+
+HINT_PLAN = "Add the tens first, then the ones."
+# The rollouts of exclusion_session: (episode, idx) -> (guided, answers right). The two at EXCLUDED are
+# recorded left out (one unguided success, the first guided success), each followed by a twin recorded plainly.
+EXCLUDED = {(0, 0), (1, 3)}
+# Which of the EXCLUDED positions each objective trains on when nothing leaves them out: successes (distill,
+# guided-unweighted), unguided successes only (sft), every rollout of a group with unequal rewards (grpo: unguided
+# only), the first guided rollout of an episode (opcd: its chat, with the hint's plan, is the teacher's context)
+WOULD_TRAIN = {"distill": EXCLUDED, "sft": {(0, 0)}, "guided-unweighted": EXCLUDED, "grpo": {(0, 0)},
+               "guide-grpo": EXCLUDED, "opcd": {(1, 3)}}
+
+
+def exclusion_session(db: Path, tiny: Path, reason: str | None) -> dict[int, tuple[int, int]]:
+    """A finished session written through the episode node's write path (``LessonStore.record_episode``).
+
+    Two train episodes: task 0's unguided group (right, right, wrong, wrong); task 1's all-fail group (wrong × 3),
+    re-attempted with a plan hint (right, right, wrong). With ``reason`` the rollouts at :data:`EXCLUDED` are
+    recorded as the episode node records a rollout of that kind (:func:`arena.episode.nodes.curate`):
+    ``reward_hack_flagged`` — a rubric grading with a hack flag (``RolloutGrading.hack_flags``, stored as
+    ``rollouts.hack_flags``); ``ungraded`` — a judge that never answered (reward None, fault ``timeout``, so
+    ``grading_status`` "ungraded"); ``oversized`` — a reply cut to ``--max-tokens`` (fault ``oversized``). None: the
+    same session with nothing left out.
+
+    Returns:
+        rollouts.id -> (episode, idx).
+    """
+    from transformers import AutoTokenizer
+
+    from lessons.library.records import HintRecord, RolloutGrading
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    cfg = SessionConfig(db=str(db), train_tasks=2, heldout_tasks=4, session="demo")
+    splits = load_tasks(cfg.families, None, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
+    store = LessonStore(str(db))
+    sid = store.create_session("demo", cfg.model_dump(mode="json"), 0)
+    store.upsert_tasks(sid, [*splits.train, *splits.heldout])
+    plan = {0: [(False, True), (False, True), (False, False), (False, False)],
+            1: [(False, False)] * 3 + [(True, True), (True, True), (True, False)]}
+    for e, task in enumerate(splits.train):
+        msgs = solver_messages(task.question)
+        guided_msgs = guided_messages(msgs, HINT_PLAN)
+        rollouts = []
+        for idx, (guided, right) in enumerate(plan[e]):
+            text = f"<answer>{task.answer if right else 0}</answer>"
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            r = RolloutRecord(idx, guided_msgs if guided else msgs, text, task.answer if right else "0",
+                              1.0 if right else 0.0, "c", 50, len(ids), "stop", 0.1, guided=guided, token_ids=ids,
+                              logprobs=[-0.5] * len(ids), unguided_messages=msgs if guided else None)
+            if reason is not None and (e, idx) in EXCLUDED:
+                if reason == "reward_hack_flagged":
+                    r.grading = RolloutGrading(graded=True, reward_kind="rubric-explicit",
+                                               hack_flags=["verifier_disagrees"])
+                elif reason == "ungraded":
+                    r.reward, r.extracted_answer, r.critique, r.fault = None, None, "ungraded: judge timed out", "timeout"
+                elif reason == "oversized":
+                    r.fault, r.finish_reason = "oversized", "length"
+                else:
+                    raise ValueError(reason)
+            rollouts.append(r)
+        hint = HintRecord("plan", HINT_PLAN) if e == 1 else None
+        store.record_episode(EpisodeRecord(sid, f"r001-{task.task_key}", 1, task.task_key, msgs[0]["content"], [],
+                                           rollouts, None, hint=hint))
+    store.set_session_status(sid, "finished")
+    episodes = {row.episode_id for row in session_rollouts(store, "demo")}
+    where = {row.id: (sorted(episodes).index(row.episode_id), row.idx) for row in session_rollouts(store, "demo")}
+    store.close()
+    return where
+
+
+def distill_config(objective: str) -> DistillConfig:
+    """The smallest config `arena distill --objective OBJECTIVE` would build (dropout 0 for the RL objectives)."""
+    return DistillConfig(objective=objective, eval_max_tokens=2,
+                         train=TrainConfig(max_steps=1, dropout=0.0 if objective in RL_OBJECTIVES else 0.05))
+
+
+@pytest.mark.parametrize("reason", ["reward_hack_flagged", "ungraded", "oversized"])
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_ungraded_and_flagged_rollouts_never_become_training_data(objective, reason, tmp_path, tiny):
+    """Every objective's data path keeps to `eligible_for_training` (issue "Faults, bad input and speed", claims).
+
+    The same session twice, once with the rollouts at EXCLUDED recorded as ``reason`` makes them: the objective's
+    examples (what `arena distill` and a sleep of `arena run --cycles` train on, :func:`collect_data`) are those of
+    the plain session without them, and each is counted under ``reason``.
+    """
+    plain_at = exclusion_session(tmp_path / "plain.db", tiny, None)
+    left_out_at = exclusion_session(tmp_path / "left-out.db", tiny, reason)
+    data, used = {}, {}
+    for name, at in (("plain", plain_at), ("left-out", left_out_at)):
+        with LessonStore(str(tmp_path / f"{name}.db")) as store:
+            data[name] = collect_data(store, "demo", distill_config(objective), count_tokens=lambda s: len(s.split()))[1]
+        assert data[name].objective == objective
+        used[name] = [at[e.rollout_id] for e in data[name].examples]  # (episode, idx) of each example, in order
+    plain, left_out = data["plain"], data["left-out"]
+    assert EXCLUDED & set(used["plain"]) == WOULD_TRAIN[objective]  # the objective would train on them...
+    assert not EXCLUDED & set(used["left-out"])  # ...and never does once they are flagged, ungraded or cut
+    if objective == "opcd":  # one example per episode: the next guided rollout gives the teacher's context
+        assert used["plain"] == [(1, 3)] and used["left-out"] == [(1, 4)]
+    else:
+        assert used["left-out"] == [k for k in used["plain"] if k not in EXCLUDED]
+    assert left_out.skipped[reason] == len(EXCLUDED) and reason not in plain.skipped
+    assert left_out.rollouts_seen == plain.rollouts_seen - len(EXCLUDED)
+
+
+def test_arena_distill_trains_on_the_data_path_without_the_excluded_rollouts(tmp_path, tiny, arena_inproc):
+    """`arena distill` end to end: the adapter's provenance is the data path's examples, the flagged rollouts out."""
+    at = exclusion_session(tmp_path / "arena.db", tiny, "reward_hack_flagged")
+    db = str(tmp_path / "arena.db")
+    with LessonStore(db) as store:
+        want = [e.rollout_id for e in collect_data(store, "demo", distill_config("distill"))[1].examples]
+    proc = arena_inproc("distill", "--db", db, "--base-model", str(tiny), "--steps", "1", "--eval-max-tokens", "2",
+                        "--min-guided-log-ratio=-inf", "--json")  # keep the guided successes the random model finds implausible
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)["data"]
-    assert data["skipped"]["ungraded"] == 1 and data["skipped"]["reward_hack_flagged"] == 1
+    out = json.loads(proc.stdout)
+    assert out["data"]["skipped"]["reward_hack_flagged"] == len(EXCLUDED)
     with sqlite3.connect(db) as c:
         prov = json.loads(c.execute("select data from adapters").fetchone()[0])
-    used = set(prov["rollout_ids"])
-    assert used and flagged not in used and ungraded not in used
+    assert prov["rollout_ids"] == want and not EXCLUDED & {at[i] for i in want}
+    assert {at[i] for i in want} == {(0, 1), (1, 4)}  # the two twins: the only successes left
 
 
 def test_distill_weights_use_pi_old_at_the_sampling_temperature(db, tiny, arena_inproc):
