@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ from arena.tasks.extract import extract_answer
 from arena.tasks.sources import load_tasks
 from arena.tasks.verify import score
 from lessons.db.engine import parse_url
-from lessons.db.schema import EpisodeRow, RolloutRow, SessionRow, TaskRow
+from lessons.db.schema import EpisodeRow, LessonEventRow, LessonRow, RolloutRow, SessionRow, TaskRow
 from lessons.text import contains_token
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,6 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path, li
     for key in ("heldout_before", "heldout_after", "heldout_after_no_lessons"):
         e = summary[key]
         assert e["n"] == 4 and 0.0 <= e["ci95"][0] <= e["pass_at_1"] <= e["ci95"][1] <= 1.0
-    assert summary["lessons_active"] + summary["lessons_candidate"] + summary["lessons_retired"] >= summary["lessons_added"] >= 0
 
     tasks = {t.task_key: t for t in load_tasks([FAMILY], None, 2, 4, 3).train}
     engine = create_engine(parse_url(db))
@@ -50,7 +50,21 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path, li
             .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
         ).all()
         stored = s.execute(select(SessionRow.config)).scalars().all()
+        lessons = dict(s.execute(select(LessonRow.id, LessonRow.status)).all())
+        events = s.execute(select(LessonEventRow.lesson_id, LessonEventRow.op).order_by(LessonEventRow.id)).all()
     engine.dispose()
+    # the library was empty: every lesson in it was born in this session, and the summary's counts are its rows
+    ops = Counter(op for _, op in events)
+    history: dict[int, list[str]] = {}
+    for lesson_id, op in events:
+        history.setdefault(lesson_id, []).append(op)
+    assert set(history) == set(lessons) and all(h[0] in ("ADD", "MERGE") for h in history.values())
+    assert summary["lessons_added"] == ops["ADD"] == sum(h[0] == "ADD" for h in history.values())
+    status = Counter(lessons.values())
+    assert {k: summary[f"lessons_{k}"] for k in ("active", "candidate", "retired")} == {
+        k: status.get(k, 0) for k in ("active", "candidate", "retired")}
+    assert all("PROMOTE" in history[i] for i, st in lessons.items() if st == "active")  # only the A/B promotes
+    assert all({"RETIRE", "MERGE"} & set(history[i]) for i, st in lessons.items() if st == "retired")
     assert len(stored) == 1 and "s3cret-pw" not in json.dumps(stored)  # a shared library holds no password
     assert len(rows) == summary["rollouts"]
     rewards = []
