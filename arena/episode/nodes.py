@@ -33,12 +33,12 @@ from arena.episode.state import (
     to_completion,
 )
 from arena.tasks.verify import has_verifier, judge_reference, verifiable_answer
+from lessons.credentials import redact_credentials
 from lessons.library.records import CriterionVerdict, RolloutGrading
 from lessons.library.rubrics import eligible_for_reflection
 from lessons.library.store import EpisodeRecord, HintRecord, RolloutRecord
 from lessons.ops import Reflection
 from lessons.outcomes import passes
-from lessons.credentials import redact_credentials
 from lessons.text import redact_token
 
 LIBRARY_FULL_FRACTION = 0.8  # the teacher is asked to merge/retire once the library holds this share of its budget
