@@ -23,6 +23,10 @@ from rich.table import Table
 
 from arena.cli.support import EXIT_INTERRUPTED, EXIT_STORE_FAULT, config_error, fail, fmt_rate, quiet_libraries, stop_on_sigterm
 
+# The longest lease `--lease-ttl` takes (a week): after a crash, --resume waits this long at most; beyond it a
+# datetime overflows (inf, 1e12).
+MAX_LEASE_TTL_S = 7 * 24 * 3600.0
+
 
 def run(
     db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
@@ -104,10 +108,10 @@ def run(
     name = resume or session or "NAME"
     stop_on_sigterm()  # `kill`/`timeout`: stop like Ctrl-C, session marked interrupted
     try:
+        if not 0 < lease_ttl <= MAX_LEASE_TTL_S:  # NaN too; before any file is touched
+            raise ConfigError(f"--lease-ttl must be above 0 and at most {MAX_LEASE_TTL_S:g} seconds, got {lease_ttl:g}")
         check_db(db)
         check_database(db)  # a bad path fails here, before the model loads or anything is created
-        if lease_ttl <= 0:
-            raise ConfigError(f"--lease-ttl must be above 0 seconds, got {lease_ttl:g}")
         if resume:
             from lessons.db.engine import parse_url, sqlite_file
 

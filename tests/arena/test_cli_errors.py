@@ -255,3 +255,12 @@ def test_the_new_session_flags_refuse_bad_values_in_one_line(existing_db):
                            (["--request-timeout", "0"], "--request-timeout"),
                            (["--teacher-in-flight", "0"], "--teacher-in-flight")):
         assert_one_line_error(arena("run", "--db", str(existing_db), *args), fragment)
+
+
+@pytest.mark.parametrize("ttl", ["0", "-5", "nan", "inf", "1e12", "604801"])
+def test_lease_ttl_out_of_range_is_one_line_and_touches_no_file(ttl, tmp_path):
+    """`--lease-ttl` outside (0, a week]: NaN, infinity and a datetime-overflowing 1e12 included (a new user's
+    trial: `inf` ended in an OverflowError traceback and left an empty library behind)."""
+    db = tmp_path / "new.db"
+    assert_one_line_error(arena("run", "--db", str(db), "--lease-ttl", ttl), "--lease-ttl", "604800")
+    assert not db.exists()
