@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents.backends.teacher_files import EMBEDDED_TEACHER  # stdlib only: no model is imported here
+from lessons.library.records import DEFAULT_LEASE_TTL_S
 
 # chain_sum with 2 terms of 1–2 digits: the embedded 135M model's pass@8 is well above 0 here
 # (and pass@1 far below 1), so a group mixes successes and failures and reflection has signal.
@@ -31,6 +32,9 @@ _SOLVER = re.compile(r"^(local|openai:.+)$")  # the solver is sampled, scored an
 ROLE_CHOICES = f"'local', 'openai:MODEL', 'llamacpp:PATH' or '{EMBEDDED_TEACHER}'"
 DEFAULT_TEACHER = EMBEDDED_TEACHER  # teacher, rubric judge and proposer: Qwen2.5-Coder-1.5B-Instruct in llama.cpp
 REWARDS = ("verifier", "rubric-explicit", "rubric-implicit")
+# The longest lease `--lease-ttl` takes (a week): after a crash, --resume waits this long at most; beyond it a
+# datetime overflows (inf, 1e12).
+MAX_LEASE_TTL_S = 7 * 24 * 3600.0
 
 
 class ConfigError(ValueError):
@@ -49,6 +53,16 @@ def _absolute_gguf(spec: str) -> str:
     if spec.startswith("llamacpp:"):
         return "llamacpp:" + str(Path(spec.split(":", 1)[1]).expanduser().absolute())
     return spec
+
+
+def check_lease_ttl(ttl_s: float) -> None:
+    """Refuse a lease TTL outside (0, :data:`MAX_LEASE_TTL_S`] seconds, NaN and infinity included.
+
+    Raises:
+        ConfigError: with the one line the CLI prints.
+    """
+    if not 0 < ttl_s <= MAX_LEASE_TTL_S:  # NaN fails both comparisons
+        raise ConfigError(f"--lease-ttl must be above 0 and at most {MAX_LEASE_TTL_S:g} seconds, got {ttl_s:g}")
 
 
 class SessionConfig(BaseModel):
@@ -82,6 +96,7 @@ class SessionConfig(BaseModel):
     request_timeout_s: float = 600.0  # per-request timeout of OpenAI-compatible endpoints, seconds (a one-slot CPU server is slow)
     teacher_in_flight: int = 1  # teacher / judge / proposer requests in flight at once per endpoint (a local server has one slot)
     solver_in_flight: int = 8  # solver requests in flight at once per endpoint
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S  # seconds the session's lease lasts without a heartbeat (a resume keeps it)
     reward: str = "verifier"  # one of REWARDS: the task's verifier, or a rubric graded by the --critic judge (RaR)
     judge_max_tokens: int = 256  # rubric judge reply cap, tokens
     online_rubrics: int = 0  # every N episodes, add criteria that separate current from reference rollouts; 0: off
@@ -213,6 +228,7 @@ class SessionConfig(BaseModel):
             raise ValueError("--online-rubrics needs rubric rewards; pass --reward rubric-explicit or rubric-implicit")
         if not (math.isfinite(self.request_timeout_s) and 1.0 <= self.request_timeout_s <= 86400.0):
             raise ValueError(f"--request-timeout must be in [1, 86400] seconds, got {self.request_timeout_s}")
+        check_lease_ttl(self.lease_ttl_s)
         for flag, v in (("--teacher-in-flight", self.teacher_in_flight), ("--solver-in-flight", self.solver_in_flight)):
             if not 1 <= v <= 64:
                 raise ValueError(f"{flag} must be in [1, 64] requests, got {v}")

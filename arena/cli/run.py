@@ -23,10 +23,6 @@ from rich.table import Table
 
 from arena.cli.support import EXIT_INTERRUPTED, EXIT_STORE_FAULT, config_error, fail, fmt_rate, quiet_libraries, stop_on_sigterm
 
-# The longest lease `--lease-ttl` takes (a week): after a crash, --resume waits this long at most; beyond it a
-# datetime overflows (inf, 1e12).
-MAX_LEASE_TTL_S = 7 * 24 * 3600.0
-
 
 def run(
     db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
@@ -88,13 +84,13 @@ def run(
     sleep_min_examples: Annotated[int, typer.Option(help="Refuse a sleep with fewer training examples than this.")] = 16,
     sleep_min_guided_log_ratio: Annotated[float, typer.Option(help="Guided successes whose mean log π(y|x) − log π_old(y|x,hint) is below this (nats/token) are not trained.")] = -1.0,
     sleep_kl_coef: Annotated[float, typer.Option(help="grpo / guide-grpo sleeps: β of the per-token KL to the base model (adapter disabled); 0: none, as Guide.")] = 0.0,
-    lease_ttl: Annotated[float, typer.Option(help="Seconds the session's lease lasts without a heartbeat (renewed every quarter of it): how long after a crash --resume must wait.")] = 60.0,
+    lease_ttl: Annotated[Optional[float], typer.Option(help="Seconds the session's lease lasts without a heartbeat (renewed every quarter of it): how long after a crash --resume must wait. Stored with the session; --resume keeps it unless given again. [default: 60]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON summary object on stdout at the end.")] = False,
 ) -> None:
     """Run a self-play session: held-out pass@1, rounds of solve → grade → reflect → curate, pass@1 again."""
     quiet_libraries()
     from agents.policy import PolicyError
-    from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig, check_db
+    from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig, check_db, check_lease_ttl
     from arena.distill.trainer import TrainingError
     from arena.tasks.model import TaskError
     from arena.tasks.sources import load_tasks
@@ -108,8 +104,8 @@ def run(
     name = resume or session or "NAME"
     stop_on_sigterm()  # `kill`/`timeout`: stop like Ctrl-C, session marked interrupted
     try:
-        if not 0 < lease_ttl <= MAX_LEASE_TTL_S:  # NaN too; before any file is touched
-            raise ConfigError(f"--lease-ttl must be above 0 and at most {MAX_LEASE_TTL_S:g} seconds, got {lease_ttl:g}")
+        if lease_ttl is not None:
+            check_lease_ttl(lease_ttl)  # NaN and infinity too; before any file is touched
         check_db(db)
         check_database(db)  # a bad path fails here, before the model loads or anything is created
         if resume:
@@ -124,9 +120,11 @@ def run(
                 raise StoreError(f"no session named {resume!r} in {db}")
             if info.status == "finished":
                 raise StoreError(f"session {resume!r} already finished; start a new one with --session NAME")
-            lease = SessionLease(store, lease_ttl)
+            cfg = SessionConfig.model_validate({**info.config, "db": db})  # the session's own --lease-ttl too
+            if lease_ttl is not None:  # given again: this run's lease lasts that long
+                cfg = cfg.model_copy(update={"lease_ttl_s": lease_ttl})
+            lease = SessionLease(store, cfg.lease_ttl_s)
             lease.acquire(info.id)  # before any work: a second owner is refused here, having written nothing
-            cfg = SessionConfig.model_validate({**info.config, "db": db})
             name = resume
         else:
             from arena.config import SLEEP_OBJECTIVES
@@ -158,8 +156,8 @@ def run(
                 concurrency=concurrency, reflect=reflect, reflect_on=reflect_on, reflections_per_round=reflections_per_round, cycles=cycles, sleep_objective=None if sleep_objective in ("auto", "none") else sleep_objective, sleep_from=sleep_from,
                 sleep_epochs=sleep_epochs, sleep_steps=sleep_steps, sleep_lr=sleep_lr,
                 sleep_min_examples=sleep_min_examples, sleep_min_guided_log_ratio=sleep_min_guided_log_ratio,
-                sleep_kl_coef=sleep_kl_coef,
-                adapter=adapter,
+                sleep_kl_coef=sleep_kl_coef, adapter=adapter,
+                **({"lease_ttl_s": lease_ttl} if lease_ttl is not None else {}),
                 **({"hint_modes": list(hint_mode)} if hint_mode is not None else {}),
             )
             if adapter is not None:
@@ -183,7 +181,7 @@ def run(
             name = cfg.session or store.new_session_name()
             if store.get_session(name) is not None:
                 raise StoreError(f"session {name!r} already exists; use --resume {name} or pick another --session")
-            lease = SessionLease(store, lease_ttl)  # taken with the session's row (open_session)
+            lease = SessionLease(store, cfg.lease_ttl_s)  # taken with the session's row (open_session)
         with contextlib.redirect_stdout(sys.stderr):
             summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console, lease=lease)
     except StoreFault as e:  # a full disk, a read-only file, a server gone for good: nothing committed is lost

@@ -61,7 +61,9 @@ def parse_url(url: str | os.PathLike[str]) -> URL:
         url: ``sqlite:///arena.db``, ``postgresql+psycopg://...`` or a bare path (``runs/x.db``).
 
     Raises:
-        StoreError: ``url`` is not a valid SQLAlchemy URL.
+        StoreError: ``url`` is not a valid SQLAlchemy URL, or its password holds a raw ``@`` (RFC 3986
+            §3.2.1 asks for ``%40``; SQLAlchemy would read the password only up to it and pass the rest,
+            part of the secret, to the driver as the host name).
     """
     raw = os.fspath(url)
     try:
@@ -70,6 +72,13 @@ def parse_url(url: str | os.PathLike[str]) -> URL:
         raise StoreError(f"cannot open database {redact_credentials(raw)}: {redact_credentials(one_line(e))}") from None
     except ValueError:  # SQLAlchemy parses the port as an int
         raise StoreError(f"cannot open database {redact_credentials(raw)}: the port must be a number") from None
+    if parsed.host is not None and "@" in parsed.host:
+        # make_url ends the password at its first "@" and hands the rest to the driver as the host, whose
+        # "cannot resolve host 'rest-of-password@host'" would print part of the password (CASE-005)
+        raise StoreError(
+            f"cannot open database {redact_credentials(raw)}: the user name or password holds a raw '@'; "
+            "percent-encode it as %40"
+        ) from None
     if parsed.drivername in ("postgresql", "postgres"):  # the driver this package declares: psycopg 3
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed

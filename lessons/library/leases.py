@@ -25,10 +25,8 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from lessons.db.schema import SessionLeaseRow, SessionRow, utcnow
-from lessons.library.records import LeaseHeld, LeaseInfo, LeaseLost, StoreError
+from lessons.library.records import DEFAULT_LEASE_TTL_S, LeaseHeld, LeaseInfo, LeaseLost, StoreError
 from lessons.library.repository import Repository
-
-DEFAULT_LEASE_TTL_S = 60.0  # seconds a lease lasts without a heartbeat: a dead owner's session is resumable after this
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 from lessons.ops import Reflection
 from lessons.vocab import STOPPED
 
+DEFAULT_LEASE_TTL_S = 60.0  # seconds a lease lasts without a heartbeat: a dead owner's session is resumable after this
+
 
 class StoreError(Exception):
     """A problem the user can fix (bad path, name taken, newer schema); one line, for stderr."""

@@ -95,6 +95,14 @@ def test_a_killed_runs_lease_is_refused_until_it_expires_then_resume_takes_over(
         time.sleep(0.2)
     assert (info.status, info.shown_status) == ("running", "stopped")  # crashed: never left "running" for ever
 
-    code, out, err = finish(start_run(server, run_args(library_url, tasks, "--resume", "s"), tmp_path))
+    resumed = start_run(server, run_args(library_url, tasks, "--resume", "s"), tmp_path)  # no --lease-ttl given
+    lease = None
+    while lease is None or lease.pid != resumed.pid:  # until the resumed run holds the lease
+        assert resumed.poll() is None, resumed.communicate()[1][-2000:]
+        with LessonStore(library_url) as st:
+            lease = st.get_session("s").lease
+        time.sleep(0.05)
+    assert (lease.expires_at - lease.renewed_at).total_seconds() == pytest.approx(ttl)  # the session's own, not 60 s
+    code, out, err = finish(resumed)
     assert code == 0, err[-2000:]
     assert table_counts(library_url) == expected

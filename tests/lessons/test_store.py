@@ -613,6 +613,40 @@ def test_case_005_a_postgres_password_with_a_slash_never_reaches_a_store_error(s
     assert "postgresql+psycopg://arena:***@127.0.0.1:" in str(err.value) and "ab/cd" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://arena:Kq1@Zq2@127.0.0.1:{port}/db",  # a raw "@" inside the password
+        "postgresql+psycopg://arena:@Zq2@127.0.0.1:{port}/db",  # the password starts with one
+        "postgresql://arena:a@b@c@127.0.0.1:{port}/db",  # more than one
+        "sqlite://arena:Kq1@Zq2@localhost/x.db",  # any backend
+    ],
+)
+def test_case_005_a_raw_at_sign_in_a_password_is_refused_before_the_driver_sees_any_of_it(url: str) -> None:
+    """CASE-005's kind: SQLAlchemy ends a password at its first "@" and gives the rest to the driver as the
+    host, whose "failed to resolve host 'Zq2@127.0.0.1'" printed part of the password. Refused, no connection."""
+    url = url.format(port=_closed_loopback_port())
+    with pytest.raises(StoreError) as err:
+        LessonStore(url)
+    msg = str(err.value)
+    scheme = url.split("://")[0]
+    assert msg.startswith(f"cannot open database {scheme}://arena:***@127.0.0.1:") or msg.startswith(
+        f"cannot open database {scheme}://arena:***@localhost/"
+    )
+    assert msg.endswith(": the user name or password holds a raw '@'; percent-encode it as %40")
+    for part in ("Kq1", "Zq2", "@b", "b@c"):
+        assert part not in msg
+
+
+def test_case_005_a_percent_encoded_at_sign_reaches_the_server_with_the_password_masked() -> None:
+    url = f"postgresql://arena:Kq1%40Zq2@127.0.0.1:{_closed_loopback_port()}/db"
+    with pytest.raises(StoreError) as err:
+        LessonStore(url)
+    msg = str(err.value)
+    assert msg.startswith("cannot open database postgresql+psycopg://arena:***@127.0.0.1:") and "Connection refused" in msg
+    assert "Kq1" not in msg and "Zq2" not in msg and "%40" not in msg
+
+
 def test_a_postgres_url_without_the_driver_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError, as when it is not installed
     with pytest.raises(StoreError) as err:
