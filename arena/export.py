@@ -127,6 +127,7 @@ def export_rollouts(store: LessonStore, db: str, session: str, fmt: str, out: Pa
     rows = [hf_row(r, tasks[r.task_key]) if fmt == "hf" else verl_row(r, tasks[r.task_key], i)
             for i, r in enumerate(rollouts)]
     try:
+        import datasets
         from datasets import Dataset
     except ImportError:
         raise ExportError("arena export needs the `datasets` package: pip install -e '.[test]' (or pip install datasets)") from None
@@ -142,6 +143,8 @@ def export_rollouts(store: LessonStore, db: str, session: str, fmt: str, out: Pa
             "rollout_ids": [r.rollout_id for r in rollouts], "columns": list(rows[0]),
             "reward_function": "arena.rewards.trl_reward" if fmt == "hf" else "arena.rewards.compute_score",
             "created_at": datetime.now(UTC).isoformat()}
+    bars_were_on = not datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # one line says what was written; a bar for a one-batch write is noise
     try:
         _write_into_place(path, lambda tmp: Dataset.from_list(rows).to_parquet(str(tmp)))
         meta["data_bytes"], meta["data_sha256"] = path.stat().st_size, _sha256(path)
@@ -151,20 +154,28 @@ def export_rollouts(store: LessonStore, db: str, session: str, fmt: str, out: Pa
         if isinstance(e, OSError):
             raise ExportError(f"cannot write the export to {out}: {e.strerror or e}") from None
         raise
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()
     return info
 
 
 def _write_into_place(target: Path, write: Callable[[Path], object]) -> None:
     """``write`` a temporary file beside ``target``, then rename it to ``target`` (atomic on one filesystem).
 
-    The temporary file is removed when ``write`` or the rename fails; a kill can leave it behind
-    under a hidden name (``.train.parquet.*.tmp``), which blocks nothing.
+    The file gets the mode an ordinary new file gets (``0666`` less the umask), not mkstemp's
+    ``0600``: an export is meant to be read by the trainer, often another user's job. The temporary
+    file is removed when ``write`` or the rename fails; a kill can leave it behind under a hidden
+    name (``.train.parquet.*.tmp``), which blocks nothing.
     """
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(name)
     try:
         write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

@@ -62,11 +62,30 @@ def accept_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _command_path(err: typer.TyperException, argv: list[str]) -> str:
+    """The command a usage error is about, e.g. ``arena export rollouts`` (``arena`` for an unknown command).
+
+    Click names it in ``err.ctx`` for most errors; an option's missing value is raised without a
+    context, so then the leading words of ``argv`` that name nested commands are followed instead.
+    """
+    ctx = getattr(err, "ctx", None)
+    if ctx is not None:
+        return ctx.command_path
+    words, group = ["arena"], typer.main.get_command(app)
+    for word in argv:
+        sub = group.commands.get(word) if hasattr(group, "commands") else None
+        if sub is None:
+            break
+        words.append(word)
+        group = sub
+    return " ".join(words)
+
+
 def main() -> None:
     """Console-script entry point: usage errors are one line on stderr too (exit 2)."""
     accept_interrupts()
     try:
-        rc = app(standalone_mode=False)  # returns the exit code of typer.Exit instead of exiting
+        rc = app(standalone_mode=False, prog_name="arena")  # returns the exit code of typer.Exit instead of exiting
         if rc == EXIT_INTERRUPTED:
             exit_now(EXIT_INTERRUPTED)
         sys.exit(rc if isinstance(rc, int) else 0)
@@ -78,7 +97,7 @@ def main() -> None:
         exit_now(EXIT_INTERRUPTED)
     except typer.TyperException as e:  # usage errors: bad or missing option values, unknown options
         text = e.format_message() if hasattr(e, "format_message") else str(e)
-        cmd = f" (see `arena {' '.join(sys.argv[1:2])} --help`)" if len(sys.argv) > 1 else ""
+        cmd = f" (see `{_command_path(e, sys.argv[1:])} --help`)"
         if text.strip():  # no_args_is_help has printed the help already
             print(f"arena: error: {' '.join(text.split())}{cmd}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)

@@ -264,3 +264,16 @@ def test_lease_ttl_out_of_range_is_one_line_and_touches_no_file(ttl, tmp_path):
     db = tmp_path / "new.db"
     assert_one_line_error(arena("run", "--db", str(db), "--lease-ttl", ttl), "--lease-ttl", "604800")
     assert not db.exists()
+
+
+@pytest.mark.parametrize("args, help_of", [
+    (["sesions"], "arena"),                                     # an unknown command: the root lists them
+    (["--bogus"], "arena"),
+    (["lessons", "nope"], "arena lessons"),                     # an unknown subcommand: its group
+    (["lessons", "list", "--bogus"], "arena lessons list"),     # an unknown option: the subcommand it was given to
+    (["export", "rollouts", "--out", "x"], "arena export rollouts"),
+    (["run", "--resume"], "arena run"),                         # a missing option value (click gives no context)
+    (["export", "rollouts", "--session"], "arena export rollouts"),
+])
+def test_a_usage_error_points_at_the_help_of_the_command_it_is_about(args, help_of):
+    assert_one_line_error(arena(*args), f"(see `{help_of} --help`)")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,21 @@ def test_existing_export_is_never_overwritten(db, tmp_path: Path) -> None:
     before = (out / "train.parquet").read_bytes()
     assert_one_line_error(arena("export", "rollouts", str(out), "--session", "s", "--db", str(path)), "already holds an export")
     assert (out / "train.parquet").read_bytes() == before
+
+
+def test_an_export_is_an_ordinary_file_and_its_one_line_is_the_only_output(db, tmp_path: Path) -> None:
+    """The data file and sidecar get ``0666`` less the umask (not mkstemp's ``0600``: the trainer is often another
+    user's job), and stderr stays empty: no ``datasets`` progress bar beside the one line on stdout."""
+    path, _ = db
+    old = os.umask(0o022)
+    try:
+        proc = arena("export", "rollouts", str(tmp_path / "x"), "--session", "s", "--db", str(path))
+    finally:
+        os.umask(old)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.count("\n") == 1
+    for name in ("train.parquet", "arena_export.json"):
+        assert stat.S_IMODE((tmp_path / "x" / name).stat().st_mode) == 0o644, name
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
