@@ -4,7 +4,7 @@ Votes say what the teacher thinks of a lesson; this says what it does. Every
 ``--utility-every N`` episodes the session picks up to ``--utility-lessons`` live lessons
 (never measured first, then the most used) and, for each, runs the solver on up to
 ``--utility-tasks`` tasks of its family under two contexts that differ only in that lesson:
-the task's retrieved lessons with the lesson first, and the same without it. With
+the task's retrieved *active* lessons with the lesson first, and the same without it. With
 ``--utility-samples 1`` (the default) each arm is one greedy completion per task, the quantity
 held-out pass@1 measures; with more, each arm samples that many times at ``--temperature`` on
 the same seeds (common random numbers), so outcomes pair up. Both arms are decoded in one batch
@@ -34,6 +34,14 @@ The cadence is derived from the database, not from a counter in memory: a check 
 number of stored episodes reaches a multiple of ``--utility-every``, and the first check of a
 process also catches up on the latest such mark that has no stored result — the check that was
 due when a killed run stopped (:func:`maybe_check_utility`).
+
+The baseline arm holds the active lessons only, never other candidates: the A/B asks whether
+adding this lesson to the set that held-out evaluation shows (active lessons only) helps — forward
+selection, not leave-one-out among untrusted lessons. Measured against other candidates, lessons
+that say the same thing cancel: with four format lessons in the library each one's marginal effect
+is about 0 though any one of them alone helps (bench/RESULTS.md, issue 31), so none would ever be
+promoted. Against the active set, the first of them is measured against no lesson and the rest
+against it, which keeps a redundant one out.
 
 This is the lesson-level ablation ExpeL and ACE leave to votes; Karpathy's "system prompt
 learning" asks for exactly this check before a lesson is trusted.
@@ -101,7 +109,7 @@ def measure_lesson(
     """Run the A/B of one lesson on ``tasks`` (see the module docstring).
 
     Args:
-        store: the library (for each task's other retrieved lessons).
+        store: the library (for each task's other retrieved active lessons: candidates are in neither arm).
         solver: the solver policy.
         lesson: the lesson under test.
         tasks: tasks of the lesson's family (any family for a global lesson), ≥ 1: train or validation
@@ -123,7 +131,7 @@ def measure_lesson(
     for task in tasks:
         others = [
             LessonView(r.lesson.lesson_id, r.lesson.text)
-            for r in rank_lessons(store, task.family, task.question, exclude={lesson.lesson_id})
+            for r in rank_lessons(store, task.family, task.question, exclude={lesson.lesson_id}, active_only=True)
         ]
         section_with, _ = render_lessons([target, *others], settings.lesson_tokens, solver.count_tokens)
         section_without, _ = render_lessons(others, settings.lesson_tokens, solver.count_tokens)

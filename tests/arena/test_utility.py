@@ -84,6 +84,20 @@ def test_measure_lesson_pairs_arms_and_scores_the_effect(setup) -> None:
     assert res.ci[0] > 0 and res.task_keys == [t.task_key for t in splits.train[:3]]
 
 
+def test_the_baseline_arm_holds_active_lessons_only_never_other_candidates(setup) -> None:
+    """A candidate is measured against the active set: another candidate is in neither arm, an active lesson in both."""
+    store, splits, _ = setup
+    good = add(store, GOOD)
+    bad = add(store, BAD)  # a candidate: left out of both arms, so GOOD's effect shows
+    res = measure_lesson(store, FakePolicy(solver), store.get_lesson(good), splits.train[:4], UtilitySettings(), seed=5)
+    assert (res.pass_with, res.pass_without, res.effect) == (1.0, 0.0, 1.0)
+    with store.curate() as c:
+        c.retire(bad, "replaced by an active copy", Provenance(origin={"by": "test"}))
+    add(store, BAD, status="active")  # an active lesson is in both arms: the solver is wrong with and without GOOD
+    res = measure_lesson(store, FakePolicy(solver), store.get_lesson(good), splits.train[:4], UtilitySettings(), seed=5)
+    assert (res.pass_with, res.pass_without, res.effect) == (0.0, 0.0, 0.0)
+
+
 class BatchingFake(FakePolicy):
     """A FakePolicy with ``sample_batch``: records each batch's size, temperature and seed."""
 
@@ -143,10 +157,18 @@ def test_a_session_tops_up_the_ab_with_validation_tasks(tmp_path) -> None:
     assert not set(keys) & {t.task_key for t in splits.heldout}
 
 
+def solver_half(messages, i):
+    """Never correct with BAD in the system prompt; otherwise always with GOOD, and on even samples without it."""
+    a, b = map(int, re.findall(r"\d+", messages[-1]["content"]))
+    system = messages[0]["content"]
+    right = BAD not in system and (GOOD in system or i % 2 == 0)
+    return f"<answer>{a + b if right else a + b + 1}</answer>"
+
+
 def test_utility_check_stores_results_and_moves_the_life_cycle(setup) -> None:
     store, splits, _ = setup
     good, bad = add(store, GOOD), add(store, BAD, status="active")
-    policy = FakePolicy(solver)
+    policy = FakePolicy(solver_half)
     sid = store.create_session("s", {}, 0)
     store.upsert_tasks(sid, [*splits.train, *splits.heldout])
     settings = UtilitySettings(every=1, lessons=4, tasks=4, samples=4)
@@ -156,17 +178,17 @@ def test_utility_check_stores_results_and_moves_the_life_cycle(setup) -> None:
     r = RolloutRecord(0, [{"role": "user", "content": "q"}], "c", "1", 0.0, "x", 1, 1, "stop", 0.0)
     store.record_episode(EpisodeRecord(sid, "r001-x", 1, splits.train[0].task_key, "sys", [], [r, r], None))
     results = maybe_check_utility(store, policy, sid, splits.train, settings, seed=0)
-    # BAD is in both of GOOD's arms and masks it; without BAD every answer is wrong too
-    assert {x.lesson_id: x.effect for x in results} == {good: 0.0, bad: -1.0}
+    # the active BAD is in both of GOOD's arms and masks it; BAD against the active set without it (none) hurts
+    assert {x.lesson_id: x.effect for x in results} == {good: 0.0, bad: -0.5}
     assert store.get_lesson(good).status == "candidate" and store.get_lesson(bad).status == "retired"
     assert store.utility_checks(sid) == {1}
     assert maybe_check_utility(store, policy, sid, splits.train, settings, seed=0) == []  # already done at 1
 
     store.record_episode(EpisodeRecord(sid, "r001-y", 1, splits.train[0].task_key, "sys", [], [r, r], None))
     (again,) = maybe_check_utility(store, policy, sid, splits.train, settings, seed=0)
-    assert (again.lesson_id, again.effect, again.n) == (good, 1.0, 16)
+    assert (again.lesson_id, again.effect, again.n) == (good, 0.5, 16)
     assert store.get_lesson(good).status == "active"  # CI above 0: promoted
-    assert [h["effect"] for h in store.utility_history(good)] == [0.0, 1.0]
+    assert [h["effect"] for h in store.utility_history(good)] == [0.0, 0.5]
     assert store.lesson_events(good)[-1].op == "PROMOTE"
 
 
