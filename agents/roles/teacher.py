@@ -77,6 +77,9 @@ _TEMPLATE_ECHO = re.compile(r"<\s*(lesson(_id)?|id|one sentence|task family[^>]*
 # An operator with no operand beside it ("the answer to + is ."): a worked example whose numbers the grammar kept out.
 _HOLLOW_EXAMPLE = re.compile(r"\b(?:to|of|is|from|and|equals)\s+[-+*/=×÷](?:\s|$)|[-+*/=×÷]\s+(?:is|equals|[.,;:])"
                              r"|\w\s+[.,;:](?:\s|$)|\b(?:from|to|of|and|by)\s{2,}\w", re.I)
+# A lesson that starts in lower case continues a sentence: recorded, an analysis cut at its length limit
+# ("… the goal of solving a problem is to find") went on in the lesson ("the correct answer, not just …").
+_FRAGMENT = re.compile(r"^[\W_]*[a-z]")
 _STATES_RESULT = re.compile(r"\b(answer|result|sum|total|difference)\b[^.;:!?]{0,60}?(\bis|\bwas|\bequals|=)\s*-?\d", re.I)
 
 
@@ -294,7 +297,8 @@ def screen_reflection(
     answer, any number that appears in the task or any number of two or more digits (lessons
     are general, and the reference answer never reaches a lesson; the 1.5B teacher cites numbers of
     tasks it imagines), must not state a specific result ("the answer is 24"),
-    echo the reply template, repeat itself, or copy the worked example; its scope is the
+    echo the reply template, repeat itself, start mid-sentence (in lower case), or copy the
+    worked example; its scope is the
     task's family or ``global``. EDIT and MERGE texts pass the same checks; tags, EDIT,
     MERGE and RETIRE must name lessons that were in context (one tag per lesson, first wins).
     """
@@ -317,6 +321,8 @@ def screen_reflection(
             return "states a specific result"
         if _HOLLOW_EXAMPLE.search(text):
             return "a worked example without its numbers"
+        if _FRAGMENT.match(text):
+            return "starts mid-sentence: a fragment, not a lesson"
         if _TEMPLATE_ECHO.search(text):
             return "echoes the reply template"
         if len(sentences) != len(set(sentences)):

@@ -168,6 +168,20 @@ def test_a_worked_example_whose_numbers_the_grammar_kept_out_is_rejected() -> No
     assert any("a worked example without its numbers" in r for r in out.rejected)
 
 
+def test_a_lesson_that_continues_a_cut_off_analysis_is_rejected_as_a_fragment() -> None:
+    # recorded from the 1.5B teacher (default run, session 20): the analysis hit its length limit mid-sentence
+    # and the sentence went on in the lesson
+    analysis = "Remember that the goal of solving a problem is to find "
+    reply = json.dumps({"analysis": analysis, "add": [
+        {"text": "the correct answer, not just a way to get the right answer.", "scope": "chain_sum"},
+        {"text": "\"and then keep the sign.\"", "scope": "chain_sum"},
+        {"text": "Keep the sign of the larger number.", "scope": "chain_sum"}]})
+    out = reflect(Replay([reply]), "chain_sum", Q_ADD, [RolloutView("r", 1.0, "ok"), RolloutView("w", 0.0, "no")], [],
+                  reference_answer="6")
+    assert [a.text for a in out.reflection.add] == ["Keep the sign of the larger number."]
+    assert sum("starts mid-sentence" in r for r in out.rejected) == 2
+
+
 def test_the_failure_summary_counts_each_kind_of_wrong_attempt_from_the_grades() -> None:
     from agents.roles.critic import NOTE_CUT_OFF, NOTE_NO_TAG
     from agents.roles.teacher import failure_summary, reflect_messages
