@@ -9,7 +9,8 @@ the task's retrieved *active* lessons with the lesson first, and the same withou
 held-out pass@1 measures; with more, each arm samples that many times at ``--temperature`` on
 the same seeds (common random numbers), so outcomes pair up. Both arms are decoded in one batch
 each where the solver batches (:func:`agents.policy.sample_many`), which is what makes ~100
-pairs per lesson affordable on a CPU.
+pairs per lesson affordable on a CPU; the lessons of one check share its tasks, and an arm whose
+prompts were decoded earlier in the check (the next lesson's baseline) is not decoded again.
 
 The tasks are the session's train tasks of the family, topped up with *validation* tasks
 (:func:`validation_tasks`): more draws from the family's train generator, disjoint from the
@@ -49,6 +50,7 @@ learning" asks for exactly this check before a lesson is trusted.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import Collection, Sequence
@@ -105,6 +107,7 @@ def measure_lesson(
     tasks: Sequence[Task],
     settings: UtilitySettings,
     seed: int,
+    arm_cache: dict[str, list[bool]] | None = None,
 ) -> UtilityResult:
     """Run the A/B of one lesson on ``tasks`` (see the module docstring).
 
@@ -117,6 +120,9 @@ def measure_lesson(
         settings: samples per task (1: greedy), temperature, token budgets.
         seed: base seed; both arms use the same streams (batched: row j of each arm's batch uses
             ``row_seed(seed, j)``; otherwise task i uses ``seed + i``).
+        arm_cache: outcomes of arms decoded before in this check, keyed by :func:`arm_key`; an arm
+            found there is not decoded again (the baseline arm of the next lesson on the same tasks
+            and seed while the active set is unchanged), and each arm decoded here is added. None: no cache.
 
     Returns:
         The :class:`UtilityResult`.
@@ -137,22 +143,7 @@ def measure_lesson(
         section_without, _ = render_lessons(others, settings.lesson_tokens, solver.count_tokens)
         arms[0].append(solver_messages(task.question, section_with))
         arms[1].append(solver_messages(task.question, section_without))
-    temperature = 0.0 if settings.samples == 1 else settings.temperature
-    with_pass: list[bool] = []
-    without_pass: list[bool] = []
-    if getattr(solver, "sample_batch", None) is not None:
-        # one batch per arm; row j uses the random stream row_seed(seed, j) in both arms (common random numbers)
-        expanded = [[chat for chat in chats for _ in range(settings.samples)] for chats in arms]
-        per_row = [task for task in tasks for _ in range(settings.samples)]
-        for chats, outcomes in zip(expanded, (with_pass, without_pass)):
-            outs = sample_many(solver, chats, temperature=temperature, max_tokens=settings.max_tokens, seed=seed)
-            outcomes += [_passes(task, o.text) for task, o in zip(per_row, outs)]
-    else:  # one call per task and arm, task i on seed + i in both arms
-        for i, task in enumerate(tasks):
-            for chats, outcomes in zip(arms, (with_pass, without_pass)):
-                outs = solver.sample(chats[i], n=settings.samples, temperature=temperature,
-                                     max_tokens=settings.max_tokens, seed=seed + i)
-                outcomes += [_passes(task, o.text) for o in outs]
+    with_pass, without_pass = (_decode_arm(solver, tasks, chats, settings, seed, arm_cache) for chats in arms)
     effect, lo, hi = paired_difference_interval(with_pass, without_pass)
     n = len(with_pass)
     return UtilityResult(
@@ -164,6 +155,38 @@ def measure_lesson(
         ci=(lo, hi),
         task_keys=[t.task_key for t in tasks],
     )
+
+
+def arm_key(tasks: Sequence[Task], chats: Sequence[Sequence[dict[str, str]]], settings: UtilitySettings, seed: int) -> str:
+    """What makes an arm's outcomes: its tasks and chats in order, the decoding settings and the seed (a JSON string)."""
+    return json.dumps([[t.task_key for t in tasks], list(chats), settings.samples, settings.temperature,
+                       settings.max_tokens, seed], sort_keys=True)
+
+
+def _decode_arm(
+    solver: Policy, tasks: Sequence[Task], chats: Sequence[list[dict[str, str]]], settings: UtilitySettings, seed: int,
+    cache: dict[str, list[bool]] | None,
+) -> list[bool]:
+    """One arm of an A/B: pass / fail of each completion, task by task (``settings.samples`` per task)."""
+    key = arm_key(tasks, chats, settings, seed) if cache is not None else ""
+    if cache is not None and key in cache:
+        return list(cache[key])
+    temperature = 0.0 if settings.samples == 1 else settings.temperature
+    outcomes: list[bool] = []
+    if getattr(solver, "sample_batch", None) is not None:
+        # one batch per arm; row j uses the random stream row_seed(seed, j) in both arms (common random numbers)
+        expanded = [chat for chat in chats for _ in range(settings.samples)]
+        per_row = [task for task in tasks for _ in range(settings.samples)]
+        outs = sample_many(solver, expanded, temperature=temperature, max_tokens=settings.max_tokens, seed=seed)
+        outcomes += [_passes(task, o.text) for task, o in zip(per_row, outs)]
+    else:  # one call per task, task i on seed + i in both arms
+        for i, task in enumerate(tasks):
+            outs = solver.sample(chats[i], n=settings.samples, temperature=temperature,
+                                 max_tokens=settings.max_tokens, seed=seed + i)
+            outcomes += [_passes(task, o.text) for o in outs]
+    if cache is not None:
+        cache[key] = list(outcomes)
+    return outcomes
 
 
 VALIDATION_TAG = "ab-"  # task keys of validation tasks: "chain_sum/train/ab-00000"
@@ -228,7 +251,10 @@ def run_utility_check(
     Tasks for a lesson are drawn (seeded by ``seed`` and ``after_episodes``) from ``train_tasks``
     (the round's train tasks and the session's :func:`validation_tasks`) of its family, or from all
     of them for a global lesson, those with a verifier only (rubric-only tasks would need the
-    judge: see the module docstring); a lesson with no such task is skipped. Each result is stored with :meth:`lessons.library.curation.Curator.record_utility`
+    judge: see the module docstring); a lesson with no such task is skipped. The lessons of one
+    scope share the check's draw (tasks and seed), so while no lesson is promoted between them
+    their baseline arms are the same prompts and are decoded once (``arm_cache`` of
+    :func:`measure_lesson`): with two lessons per check that is a quarter of the check's decoding. Each result is stored with :meth:`lessons.library.curation.Curator.record_utility`
     in its own transaction, so an interruption loses at most the lesson in progress.
 
     Returns:
@@ -237,13 +263,17 @@ def run_utility_check(
     rng = random.Random(f"{seed}:{after_episodes}")
     families = sorted({t.family for t in train_tasks})
     results = []
+    draws: dict[str, tuple[list[Task], int]] = {}  # scope -> this check's tasks and seed for the lessons of that scope
+    arm_cache: dict[str, list[bool]] = {}
     for les in choose_lessons(store, families, settings.lessons):
-        pool = [t for t in train_tasks if les.scope in (GLOBAL_SCOPE, normalise_scope(t.family)) and has_verifier(t)]
-        if not pool:
+        if les.scope not in draws:
+            pool = [t for t in train_tasks if les.scope in (GLOBAL_SCOPE, normalise_scope(t.family)) and has_verifier(t)]
+            draws[les.scope] = (rng.sample(pool, min(settings.tasks, len(pool))), rng.randrange(2**31))
+        tasks, arm_seed = draws[les.scope]
+        if not tasks:
             continue
-        tasks = rng.sample(pool, min(settings.tasks, len(pool)))
         try:
-            res = measure_lesson(store, solver, les, tasks, settings, seed=rng.randrange(2**31))
+            res = measure_lesson(store, solver, les, tasks, settings, seed=arm_seed, arm_cache=arm_cache)
         except EndpointFault:  # the solver's endpoint failed: this lesson stays unmeasured, the session goes on
             continue
         with store.curate() as c:

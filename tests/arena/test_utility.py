@@ -192,6 +192,33 @@ def test_utility_check_stores_results_and_moves_the_life_cycle(setup) -> None:
     assert store.lesson_events(good)[-1].op == "PROMOTE"
 
 
+def test_lessons_of_one_check_share_its_tasks_and_decode_a_common_baseline_arm_once(setup) -> None:
+    from lessons.library.store import EpisodeRecord, RolloutRecord
+
+    store, splits, _ = setup
+    first, second = add(store, "Read the question twice before you answer it."), add(store, "Say what is asked first.")
+    policy = BatchingFake(solver)
+    sid = store.create_session("s", {}, 0)
+    store.upsert_tasks(sid, [*splits.train, *splits.heldout])
+    r = RolloutRecord(0, [{"role": "user", "content": "q"}], "c", "1", 0.0, "x", 1, 1, "stop", 0.0)
+    settings = UtilitySettings(every=1, lessons=2, tasks=4)
+    store.record_episode(EpisodeRecord(sid, "r001-x", 1, splits.train[0].task_key, "sys", [], [r, r], None))
+    a, b = maybe_check_utility(store, policy, sid, splits.train, settings, seed=0)
+    assert (a.lesson_id, b.lesson_id) == (first, second) and a.task_keys == b.task_keys
+    assert (a.effect, b.effect) == (0.0, 0.0) and store.get_lesson(first).status == "candidate"
+    assert len(policy.batches) == 3  # first's two arms, then second's with-arm: its baseline (no lesson) is first's
+
+    # a lesson promoted in between changes the next baseline: it holds the new active lesson (the prompts of GOOD's
+    # with-arm, so those outcomes serve), never the stale no-lesson baseline
+    good, late = add(store, GOOD), add(store, "Write the sum and nothing else.")
+    policy.batches.clear()
+    store.record_episode(EpisodeRecord(sid, "r001-y", 1, splits.train[0].task_key, "sys", [], [r, r], None))
+    g, c = maybe_check_utility(store, policy, sid, splits.train, settings, seed=0)
+    assert (g.lesson_id, g.effect, store.get_lesson(good).status) == (good, 1.0, "active")
+    assert (c.lesson_id, c.pass_with, c.pass_without) == (late, 1.0, 1.0)  # GOOD, now active, is in both arms
+    assert len(policy.batches) == 3  # GOOD's two arms and late's with-arm
+
+
 def test_session_runs_utility_checks_every_n_episodes(setup) -> None:
     store, splits, tmp = setup
     add(store, GOOD)
