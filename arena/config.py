@@ -32,6 +32,7 @@ _SOLVER = re.compile(r"^(local|openai:.+)$")  # the solver is sampled, scored an
 ROLE_CHOICES = f"'local', 'openai:MODEL', 'llamacpp:PATH' or '{EMBEDDED_TEACHER}'"
 DEFAULT_TEACHER = EMBEDDED_TEACHER  # teacher, rubric judge and proposer: Qwen2.5-Coder-1.5B-Instruct in llama.cpp
 REWARDS = ("verifier", "rubric-explicit", "rubric-implicit")
+MIN_LEASE_TTL_S = 2.0  # the shortest `--lease-ttl`: a heartbeat every 0.5 s, so a renewal has 1.5 s before the lease lapses
 # The longest lease `--lease-ttl` takes (a week): after a crash, --resume waits this long at most; beyond it a
 # datetime overflows (inf, 1e12).
 MAX_LEASE_TTL_S = 7 * 24 * 3600.0
@@ -56,13 +57,18 @@ def _absolute_gguf(spec: str) -> str:
 
 
 def check_lease_ttl(ttl_s: float) -> None:
-    """Refuse a lease TTL outside (0, :data:`MAX_LEASE_TTL_S`] seconds, NaN and infinity included.
+    """Refuse a lease TTL outside [:data:`MIN_LEASE_TTL_S`, :data:`MAX_LEASE_TTL_S`] seconds, NaN and infinity included.
+
+    The floor: the heartbeat renews every quarter of the TTL, each renewal a database write; with a
+    TTL of a millisecond (a new user's trial) the lease lapsed between beats and a second
+    ``--resume`` took a live session over.
 
     Raises:
         ConfigError: with the one line the CLI prints.
     """
-    if not 0 < ttl_s <= MAX_LEASE_TTL_S:  # NaN fails both comparisons
-        raise ConfigError(f"--lease-ttl must be above 0 and at most {MAX_LEASE_TTL_S:g} seconds, got {ttl_s:g}")
+    if not MIN_LEASE_TTL_S <= ttl_s <= MAX_LEASE_TTL_S:  # NaN fails both comparisons
+        raise ConfigError(f"--lease-ttl must be at least {MIN_LEASE_TTL_S:g} and at most {MAX_LEASE_TTL_S:g} seconds, "
+                          f"got {ttl_s:g}")
 
 
 class SessionConfig(BaseModel):

@@ -23,6 +23,7 @@ sidecar is what a failure or kill between the two renames leaves, and a retry re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -150,7 +151,8 @@ def export_rollouts(store: LessonStore, db: str, session: str, fmt: str, out: Pa
         meta["data_bytes"], meta["data_sha256"] = path.stat().st_size, _sha256(path)
         _write_into_place(sidecar, lambda tmp: tmp.write_text(json.dumps(meta, indent=1) + "\n"))
     except BaseException as e:  # a full disk, a read-only OUT, Ctrl-C: nothing that looks like an export is left
-        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # on a read-only OUT the clean-up fails too, and there is nothing to clean
+            path.unlink(missing_ok=True)
         if isinstance(e, OSError):
             raise ExportError(f"cannot write the export to {out}: {e.strerror or e}") from None
         raise
@@ -178,7 +180,8 @@ def _write_into_place(target: Path, write: Callable[[Path], object]) -> None:
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a clean-up that fails must not hide why the write failed
+            tmp.unlink(missing_ok=True)
 
 
 def _sha256(path: Path) -> str:

@@ -40,6 +40,9 @@ def redact_credentials(text: str) -> str:
       ``apikey``, ``token``, ``key``, ``secret`` … parameter (names compared percent-decoded and
       case-blind), up to the next ``&``.
 
+    - a word without a scheme that reads as ``user:password@host`` (a mistyped scheme:
+      ``postgresql:/arena:pw@db/x``) has its password masked as well (:func:`_redact_bare`).
+
     Text without a URL comes back unchanged, and masking twice changes nothing.
 
     Args:
@@ -53,10 +56,35 @@ def redact_credentials(text: str) -> str:
     pos = 0
     while (m := _URL_START.search(text, pos)) is not None:
         masked, end = _redact_url(text, m.end())
-        out += [text[pos : m.end()], masked]
+        out += [_redact_bare(text[pos : m.start()]), text[m.start() : m.end()], masked]
         pos = end
-    out.append(text[pos:])
+    out.append(_redact_bare(text[pos:]))
     return "".join(out)
+
+
+_TOKEN = re.compile(r"\S+")
+
+
+def _redact_bare(text: str) -> str:
+    """``text`` (no ``scheme://`` in it) with the password of every ``user:password@host`` word masked.
+
+    A URL whose scheme was mistyped (``postgresql:/arena:pw@db/x``, ``postgres//arena:pw@db/x``,
+    ``://arena:pw@db/x``) reaches messages as a path or an unparsable string, and its password
+    must not show there either. In a word holding an ``@`` after a ``:``, the password runs from
+    the first ``:`` not followed by ``/`` (the mistyped scheme's ``:/`` is skipped; the first
+    ``:`` when every one is) to the word's last ``@``; a word without both is kept.
+    """
+
+    def mask(m: re.Match[str]) -> str:
+        word = m.group(0)
+        at = word.rfind("@")
+        colons = [i for i, c in enumerate(word[:at]) if c == ":"] if at > 0 else []
+        if not colons:
+            return word
+        colon = next((i for i in colons if word[i + 1 : i + 2] != "/"), colons[0])
+        return f"{word[: colon + 1]}{MASK}{word[at:]}"
+
+    return _TOKEN.sub(mask, text) if "@" in text else text
 
 
 def _token_end(text: str, start: int) -> int:

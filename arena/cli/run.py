@@ -106,6 +106,11 @@ def run(
     try:
         if lease_ttl is not None:
             check_lease_ttl(lease_ttl)  # NaN and infinity too; before any file is touched
+        for flag, value in (("--resume", resume), ("--session", session)):
+            if value is not None and not value.strip():  # '' would silently start a session of a made-up name
+                raise ConfigError(f"{flag} needs a session name, got {value!r}")
+        if resume is not None and session is not None:
+            raise ConfigError("give --resume NAME (continue a session) or --session NAME (start one), not both")
         check_db(db)
         check_database(db)  # a bad path fails here, before the model loads or anything is created
         if resume:

@@ -47,6 +47,7 @@ from lessons.db.faults import classify, is_transient
 from lessons.library.adapters import AdapterStore
 from lessons.library.curation import CurationPolicy
 from lessons.library.rubrics import RubricStore
+from lessons.library.records import LeaseLost
 from lessons.library.store import LessonStore, StoreError
 from lessons.outcomes import (
     HELDOUT_AFTER,
@@ -680,6 +681,8 @@ def _run_once(
         return run.finish(t_start)  # inside: a Ctrl-C while the summary is built must not leave the session "running"
     except KeyboardInterrupt:
         _mark_stopped(store, session_name, session_id, "interrupted")
+        raise
+    except LeaseLost:  # another owner runs the session now: its status is that owner's to write, not ours
         raise
     except BaseException as e:
         if classify(e) is None:  # a database fault is marked by run_session, once its retries are spent

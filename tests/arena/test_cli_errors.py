@@ -126,6 +126,16 @@ def test_case_005_a_db_password_with_a_slash_is_never_printed():
         assert "ab/cd" not in proc.stderr and ":ab" not in proc.stderr
 
 
+@pytest.mark.parametrize("db", ["postgresql:/arena:Sekr1t@127.0.0.1/lib", "postgres//arena:Sekr1t@127.0.0.1/lib",
+                                "://arena:Sekr1t@127.0.0.1/lib"])
+@pytest.mark.parametrize("command", [["run"], ["lessons", "list"], ["report"]])
+def test_case_005_a_mistyped_scheme_never_prints_the_password(tmp_path, db, command):
+    """CASE-005's kind, found by a new user's trial: a URL whose scheme is mistyped is read as a path or not parsed."""
+    proc = arena(*command, "--db", db, cwd=tmp_path)
+    assert_one_line_error(proc, ":***@127.0.0.1")
+    assert "Sekr1t" not in proc.stderr + proc.stdout and not any(tmp_path.iterdir())  # and nothing was made
+
+
 def test_a_postgres_url_without_its_driver_says_what_to_install(tmp_path):
     """As when psycopg is not installed: ``import psycopg`` fails inside the CLI."""
     shim = tmp_path / "no_psycopg"
@@ -257,10 +267,20 @@ def test_the_new_session_flags_refuse_bad_values_in_one_line(existing_db):
         assert_one_line_error(arena("run", "--db", str(existing_db), *args), fragment)
 
 
-@pytest.mark.parametrize("ttl", ["0", "-5", "nan", "inf", "1e12", "604801"])
+@pytest.mark.parametrize("args, fragment", [
+    (["--resume", ""], "--resume needs a session name"),     # a new user's trial: this started a new session
+    (["--session", " "], "--session needs a session name"),
+    (["--resume", "kept", "--session", "other"], "not both"),  # --session was ignored without a word
+])
+def test_an_empty_or_doubled_session_name_is_refused(existing_db, args, fragment):
+    assert_one_line_error(arena("run", "--db", str(existing_db), *args), fragment)
+
+
+@pytest.mark.parametrize("ttl", ["0", "-5", "nan", "inf", "1e12", "604801", "0.001", "1.99"])
 def test_lease_ttl_out_of_range_is_one_line_and_touches_no_file(ttl, tmp_path):
-    """`--lease-ttl` outside (0, a week]: NaN, infinity and a datetime-overflowing 1e12 included (a new user's
-    trial: `inf` ended in an OverflowError traceback and left an empty library behind)."""
+    """`--lease-ttl` outside [2 s, a week]: NaN, infinity and a datetime-overflowing 1e12 included (a new user's
+    trial: `inf` ended in an OverflowError traceback and left an empty library behind; with 0.001 the lease lapsed
+    between heartbeats and a second `--resume` took the live session over)."""
     db = tmp_path / "new.db"
     assert_one_line_error(arena("run", "--db", str(db), "--lease-ttl", ttl), "--lease-ttl", "604800")
     assert not db.exists()

@@ -258,3 +258,35 @@ def test_adapters_import_bad_input_is_one_line(db, tmp_path: Path, args: list[st
     before = sorted(adapters.iterdir()) if adapters.exists() else []
     assert_one_line_error(arena("adapters", "import", *args, "--db", str(path)), fragment)
     assert (sorted(adapters.iterdir()) if adapters.exists() else []) == before  # nothing copied
+
+
+def test_an_export_into_a_read_only_directory_is_one_error_and_leaves_nothing(db, tmp_path: Path, monkeypatch) -> None:
+    """A new user's trial: on a read-only OUT the clean-up's unlink failed too and the export ended in a traceback.
+
+    The read-only filesystem is simulated (CI runs as root, for whom a mode bit is no barrier): every file
+    operation under OUT fails with EROFS, as on a ``mount -o ro`` tmpfs.
+    """
+    import errno
+    import tempfile
+
+    from arena.export import ExportError, export_rollouts
+
+    path, _ = db
+    out = tmp_path / "ro"
+    out.mkdir()
+    erofs = OSError(errno.EROFS, os.strerror(errno.EROFS))
+    real_unlink = Path.unlink
+
+    def no_file(*a, **k):
+        raise erofs
+
+    def unlink(self, missing_ok=False):
+        if self.parent == out:
+            raise erofs
+        return real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(tempfile, "mkstemp", no_file)
+    monkeypatch.setattr(Path, "unlink", unlink)
+    with LessonStore(str(path)) as store, pytest.raises(ExportError, match="cannot write the export to .*Read-only file system"):
+        export_rollouts(store, str(path), "s", "hf", out)
+    assert list(out.iterdir()) == []

@@ -106,3 +106,47 @@ def test_a_killed_runs_lease_is_refused_until_it_expires_then_resume_takes_over(
     code, out, err = finish(resumed)
     assert code == 0, err[-2000:]
     assert table_counts(library_url) == expected
+
+
+def test_a_run_whose_lease_was_taken_over_leaves_the_session_to_its_new_owner(tmp_path):
+    """A new user's trial: the old owner, stopping on LeaseLost, marked the session `failed` under its new owner."""
+    import json
+    import sqlite3
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from agents.backends.fake import FakePolicy
+    from arena.config import SessionConfig
+    from arena.episode.context import Roles
+    from arena.session.lease import SessionLease
+    from arena.session.runner import run_session
+    from arena.tasks.sources import load_tasks
+    from lessons.library.leases import LeaseOwner
+    from lessons.library.records import LeaseLost
+
+    rows = [{"question": f"Compute {10 + i} plus {20 + i}.", "answer": str(30 + 2 * i), "family": "adding"} for i in range(6)]
+    (tmp_path / "adding.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    db = tmp_path / "arena.db"
+    cfg = SessionConfig(db=str(db), families=[], tasks_file=tmp_path / "adding.jsonl", train_tasks=2, heldout_tasks=2,
+                        rounds=1, rollouts=2, utility_every=0, hint_modes=[])
+    splits = load_tasks([], cfg.tasks_file, cfg.train_tasks, cfg.heldout_tasks, cfg.seed)
+    roles = Roles(FakePolicy(lambda m, i: "<answer>0</answer>"),
+                  FakePolicy(lambda m, i: json.dumps({"analysis": "x", "add": [], "tags": []})))
+    store = LessonStore(str(db))
+    lease, other = SessionLease(store), LeaseOwner("elsewhere:7:0", "elsewhere", 7)
+
+    def taken_over(final) -> None:  # this process was suspended past its lease; a --resume elsewhere took it
+        sid = store.get_session("s").id
+        with sqlite3.connect(db) as c:
+            c.execute("update session_leases set expires_at = '2000-01-01 00:00:00.000000' where session_id = ?", (sid,))
+        store.acquire_lease(sid, other, ttl_s=3600)
+        lease.lost = LeaseLost("taken over")  # what the heartbeat records at its next beat
+
+    try:
+        with pytest.raises(LeaseLost):
+            run_session(cfg, store, roles, splits, "s", checkpointer=InMemorySaver(), on_episode=taken_over, lease=lease)
+        info = store.get_session("s")
+        assert info.status == "running" and info.lease is not None and info.lease.owner == other.owner
+    finally:
+        lease.release()
+        store.close()

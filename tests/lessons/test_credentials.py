@@ -107,7 +107,8 @@ def test_case_005_query_parameters_that_carry_a_secret_are_masked(url: str, mask
         "",
         "no session named 'x' in arena.db; see `arena run --help`",
         "runs/x.db",
-        "user:pw@host is not a URL (no scheme), nor is password=x",
+        "write to arena@example.com at 10:30, nor is password=x a URL",
+        "second line with a@b: kept",
         "sqlite:///runs/arena.db",
         "sqlite:////abs/dir:with/colon@at.db",
         "postgresql+psycopg://arena@127.0.0.1:5432/library",
@@ -119,3 +120,25 @@ def test_case_005_query_parameters_that_carry_a_secret_are_masked(url: str, mask
 )
 def test_case_005_text_without_a_url_secret_is_unchanged(text: str) -> None:
     assert redact_credentials(text) == text
+
+
+@pytest.mark.parametrize(
+    "text, masked",
+    [  # found by a new user's trial: a mistyped scheme made the URL a path, and the error line showed the password
+        ("no database at postgresql:/arena:Sekr1t@127.0.0.1/nu32b; run `arena run --db postgresql:/arena:Sekr1t@127.0.0.1/nu32b`",
+         "no database at postgresql:/arena:***@127.0.0.1/nu32b; run `arena run --db postgresql:/arena:***@127.0.0.1/nu32b`"),
+        ("directory /tmp/x/postgresql:/arena:Sekr1t@127.0.0.1 does not exist",
+         "directory /tmp/x/postgresql:/arena:***@127.0.0.1 does not exist"),
+        ("no database at postgres//arena:Sekr1t@db/x", "no database at postgres//arena:***@db/x"),
+        ("Could not parse SQLAlchemy URL from given URL string: '://arena:Sekr1t@127.0.0.1/nu32b'",
+         "Could not parse SQLAlchemy URL from given URL string: '://arena:***@127.0.0.1/nu32b'"),
+        ("user:pw@host", "user:***@host"),
+        ("arena:p:w/d@h and arena:/pw@h", "arena:***@h and arena:***@h"),
+        ("user@server:pw@db", "user@server:***@db"),
+        ("postgresql:/arena:***@db/x", "postgresql:/arena:***@db/x"),  # masking twice changes nothing
+    ],
+)
+def test_case_005_a_mistyped_scheme_does_not_show_the_password(text: str, masked: str) -> None:
+    """CASE-005's kind without a ``scheme://``: a ``user:password@host`` word is masked wherever it appears."""
+    assert redact_credentials(text) == masked
+    assert "Sekr1t" not in redact_credentials(text) and redact_credentials(masked) == masked
