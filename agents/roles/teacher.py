@@ -80,6 +80,10 @@ _HOLLOW_EXAMPLE = re.compile(r"\b(?:to|of|is|from|and|equals)\s+[-+*/=×÷](?:\s
 # A lesson that starts in lower case continues a sentence: recorded, an analysis cut at its length limit
 # ("… the goal of solving a problem is to find") went on in the lesson ("the correct answer, not just …").
 _FRAGMENT = re.compile(r"^[\W_]*[a-z]")
+# A complete sentence: text up to a full stop, "!" or "?" followed by whitespace or the end (closing quotes kept).
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
+_ENDS_SENTENCE = re.compile(r"[.!?][\"')\]]*$")
+LESSON_MAX_CHARS = 160  # the longest lesson text the reply grammar lets the teacher write
 _STATES_RESULT = re.compile(r"\b(answer|result|sum|total|difference)\b[^.;:!?]{0,60}?(\bis|\bwas|\bequals|=)\s*-?\d", re.I)
 
 
@@ -100,7 +104,7 @@ def reflection_schema(lesson_ids: Sequence[str], family: str) -> dict:
         A JSON-schema dict (draft 2020-12 subset that llama.cpp's converter reads).
     """
     # a lesson's text holds no digit (no number of this or any task), line break, quote or escape
-    lesson = {"type": "string", "pattern": "^[^0-9\\n\"\\\\]{12,160}$"}
+    lesson = {"type": "string", "pattern": f"^[^0-9\\n\"\\\\]{{12,{LESSON_MAX_CHARS}}}$"}
     props: dict = {
         "analysis": {"type": "string", "maxLength": 400},
         "add": {"type": "array", "maxItems": MAX_ADDS, "items": {
@@ -284,6 +288,35 @@ def _numbers(text: str) -> set[str]:
     return set(re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?!\w|\.\d)", text))
 
 
+def complete_sentences(text: str) -> str:
+    """A lesson the reply grammar cut at :data:`LESSON_MAX_CHARS` without its end, cut back to its complete sentences.
+
+    Recorded from the 1.5B teacher: about a third of its lessons run into the limit and end mid-word
+    ("… If you are unsure about the correct answer, check the previous attempts for"); the sentences
+    before the cut are whole lessons ("To ensure that the answer is in the correct format, always
+    include the <answer> tag."). A text shorter than the limit, or one that ends a sentence, comes
+    back unchanged (another teacher may leave out a final full stop); a cut one with no complete
+    sentence comes back unchanged too, and :func:`screen_reflection` rejects it.
+
+    Args:
+        text: the lesson as the teacher wrote it.
+
+    Returns:
+        The text up to its last complete sentence, stripped.
+    """
+    text = text.strip()
+    if not _cut_off(text):
+        return text
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    kept = text[: ends[-1]].strip() if ends else ""
+    return kept if len(kept) >= 12 and len(kept.split()) >= 3 else text  # the grammar's shortest lesson
+
+
+def _cut_off(text: str) -> bool:
+    """Whether ``text`` (stripped) reached the grammar's length limit without ending a sentence."""
+    return len(text) >= LESSON_MAX_CHARS - 1 and _ENDS_SENTENCE.search(text) is None
+
+
 def screen_reflection(
     reflection: Reflection,
     family: str,
@@ -297,8 +330,9 @@ def screen_reflection(
     answer, any number that appears in the task or any number of two or more digits (lessons
     are general, and the reference answer never reaches a lesson; the 1.5B teacher cites numbers of
     tasks it imagines), must not state a specific result ("the answer is 24"),
-    echo the reply template, repeat itself, start mid-sentence (in lower case), or copy the
-    worked example; its scope is the
+    echo the reply template, repeat itself, start mid-sentence (in lower case), end mid-sentence
+    at the length limit (a cut text keeps its complete sentences: :func:`complete_sentences`), or
+    copy the worked example; its scope is the
     task's family or ``global``. EDIT and MERGE texts pass the same checks; tags, EDIT,
     MERGE and RETIRE must name lessons that were in context (one tag per lesson, first wins).
     """
@@ -323,6 +357,8 @@ def screen_reflection(
             return "a worked example without its numbers"
         if _FRAGMENT.match(text):
             return "starts mid-sentence: a fragment, not a lesson"
+        if _cut_off(text):
+            return "cut off mid-sentence at the length limit"
         if _TEMPLATE_ECHO.search(text):
             return "echoes the reply template"
         if len(sentences) != len(set(sentences)):
@@ -333,6 +369,7 @@ def screen_reflection(
 
     adds = []
     for op in reflection.add:
+        op = op.model_copy(update={"text": complete_sentences(op.text)})
         reason = problem(op.text)
         if reason:
             rejected.append(f"ADD rejected ({reason}): {op.text!r}")
@@ -345,12 +382,14 @@ def screen_reflection(
         adds.append(op)
     edits, merges, retires = [], [], []
     for op in reflection.edit:
+        op = op.model_copy(update={"text": complete_sentences(op.text)})
         reason = "lesson was not in context" if op.lesson_id not in shown else problem(op.text)
         if reason:
             rejected.append(f"EDIT {op.lesson_id} rejected ({reason}): {op.text!r}")
         else:
             edits.append(op)
     for op in reflection.merge:
+        op = op.model_copy(update={"text": complete_sentences(op.text)})
         missing = [i for i in op.lesson_ids if i not in shown]
         reason = f"{', '.join(missing)} not in context" if missing else problem(op.text)
         if reason:

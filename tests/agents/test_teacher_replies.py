@@ -18,6 +18,7 @@ from agents.roles.teacher import (
     EXAMPLE_REPLY,
     TEACHER_SYSTEM,
     RolloutView,
+    complete_sentences,
     reflect,
     reflection_schema,
     teacher_messages,
@@ -180,6 +181,26 @@ def test_a_lesson_that_continues_a_cut_off_analysis_is_rejected_as_a_fragment() 
                   reference_answer="6")
     assert [a.text for a in out.reflection.add] == ["Keep the sign of the larger number."]
     assert sum("starts mid-sentence" in r for r in out.rejected) == 2
+
+
+def test_a_lesson_cut_at_the_length_limit_keeps_its_complete_sentences_or_is_rejected() -> None:
+    # recorded from the 1.5B teacher (default run, session 21): the grammar's 160-character limit cut it mid-sentence
+    cut = ("To ensure that the answer is in the correct format, always include the <answer> tag. If you are unsure "
+           "about the correct answer, check the previous attempts for")
+    no_sentence = ("Always write the final value of the whole computation inside the answer tags at the very end of the "
+                   "reply and check every sign of every term once more, and then")
+    assert len(cut) == len(no_sentence) == 160
+    reply = json.dumps({"analysis": "Most attempts had no tag.", "add": [
+        {"text": cut, "scope": "chain_sum"}, {"text": no_sentence, "scope": "chain_sum"}]})
+    out = reflect(Replay([reply]), "chain_sum", Q_ADD, [RolloutView("r", 1.0, "ok"), RolloutView("w", 0.0, "no")], [],
+                  reference_answer="6")
+    assert [a.text for a in out.reflection.add] == [
+        "To ensure that the answer is in the correct format, always include the <answer> tag."]
+    assert [r for r in out.rejected if "cut off mid-sentence at the length limit" in r] == [
+        f"ADD rejected (cut off mid-sentence at the length limit): {no_sentence!r}"]
+    # shorter than the limit, or ending a sentence: unchanged (another teacher may leave out the full stop)
+    assert complete_sentences("Keep the sign. Then add the terms") == "Keep the sign. Then add the terms"
+    assert complete_sentences(cut[:150] + " ok now.") == cut[:150] + " ok now."
 
 
 def test_the_failure_summary_counts_each_kind_of_wrong_attempt_from_the_grades() -> None:
