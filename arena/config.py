@@ -68,7 +68,7 @@ def check_lease_ttl(ttl_s: float) -> None:
     """
     if not MIN_LEASE_TTL_S <= ttl_s <= MAX_LEASE_TTL_S:  # NaN fails both comparisons
         raise ConfigError(f"--lease-ttl must be at least {MIN_LEASE_TTL_S:g} and at most {MAX_LEASE_TTL_S:g} seconds, "
-                          f"got {ttl_s:g}")
+                          f"got {ttl_s:.12g}")
 
 
 class SessionConfig(BaseModel):

@@ -75,16 +75,70 @@ def _redact_bare(text: str) -> str:
     ``:`` when every one is) to the word's last ``@``; a word without both is kept.
     """
 
-    def mask(m: re.Match[str]) -> str:
-        word = m.group(0)
-        at = word.rfind("@")
-        colons = [i for i, c in enumerate(word[:at]) if c == ":"] if at > 0 else []
-        if not colons:
-            return word
-        colon = next((i for i in colons if word[i + 1 : i + 2] != "/"), colons[0])
-        return f"{word[: colon + 1]}{MASK}{word[at:]}"
+    return _TOKEN.sub(lambda m: _redact_word(m.group(0)), text) if "@" in text or "?" in text else text
 
-    return _TOKEN.sub(mask, text) if "@" in text else text
+
+def _redact_word(word: str) -> str:
+    """One word of :func:`_redact_bare`: its ``user:password@`` password and secret query values masked."""
+    at = word.rfind("@")
+    colons = [i for i, c in enumerate(word[:at]) if c == ":"] if at > 0 else []
+    host_at = 0
+    if colons:
+        colon = next((i for i in colons if word[i + 1 : i + 2] != "/"), colons[0])
+        word = f"{word[: colon + 1]}{MASK}{word[at:]}"
+        host_at = colon + 1 + len(MASK)
+    return _redact_query(word, host_at) if "?" in word else word
+
+
+def command_line_secrets(args: list[str]) -> list[str]:
+    """The passwords and secret query values in command-line arguments, each argument read as one URL.
+
+    :func:`redact_credentials` reads text word by word, so a password holding whitespace in a URL
+    whose scheme was mistyped (``--db 'postgresql:/u:my pw@h/d'``) is not found in a message that
+    quotes it. An argument is one value whatever it holds: reading each as one word finds the
+    whole secret, and the CLI masks every occurrence of it (and of its whitespace-collapsed form)
+    in its error lines.
+
+    Args:
+        args: the command line (``sys.argv[1:]``); ``--flag=value`` is read as its value.
+
+    Returns:
+        The secrets that hold whitespace (the others :func:`redact_credentials` finds in any text; masking
+        a short one everywhere would mask ordinary words too), longest first, each also whitespace-collapsed.
+    """
+    found: set[str] = set()
+    for arg in args:
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if "@" not in value and "?" not in value:
+            continue
+        masked = redact_credentials(value) if _URL_START.search(value) else _redact_word(value)
+        found |= _differences(value, masked)
+    out = {x for s in found if len(s.split()) > 1 for x in (s, " ".join(s.split()))}
+    return sorted(out, key=len, reverse=True)
+
+
+def _differences(original: str, masked: str) -> set[str]:
+    """The substrings of ``original`` that became :data:`MASK` in ``masked`` (pieces between the same text)."""
+    parts = masked.split(MASK)
+    out, pos = set(), 0
+    for i, part in enumerate(parts):
+        start = original.find(part, pos) if part else pos
+        if start < 0:
+            return out
+        if i:
+            out.add(original[pos:start])
+        pos = start + len(part)
+        if i == len(parts) - 1 and part == "" and len(parts) > 1:
+            out.add(original[pos:])
+    return {x for x in out if x and x != MASK}
+
+
+def redact_command_line(text: str, args: list[str]) -> str:
+    """``text`` with :func:`redact_credentials` applied and every :func:`command_line_secrets` of ``args`` masked."""
+    text = redact_credentials(text)
+    for secret in command_line_secrets(args):
+        text = text.replace(secret, MASK)
+    return text
 
 
 def _token_end(text: str, start: int) -> int:

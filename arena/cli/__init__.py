@@ -99,8 +99,8 @@ def main() -> None:
         text = e.format_message() if hasattr(e, "format_message") else str(e)
         cmd = f" (see `{_command_path(e, sys.argv[1:])} --help`)"
         if text.strip():  # no_args_is_help has printed the help already
-            from lessons.credentials import redact_credentials  # an option value may be a URL with a password
+            from lessons.credentials import redact_command_line  # an option value may be a URL with a password
 
-            print(redact_credentials(f"arena: error: {' '.join(text.split())}{cmd}"), file=sys.stderr)
+            print(redact_command_line(f"arena: error: {' '.join(text.split())}{cmd}", sys.argv[1:]), file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
 

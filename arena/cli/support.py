@@ -29,10 +29,11 @@ def fmt_rate(x: float | None) -> str:
 
 
 def fail(message: str, code: int = EXIT_USER_ERROR) -> typer.Exit:
-    """Print ``arena: error: <message>`` as one line on stderr (URL passwords as ``***``) and return the Exit to raise."""
-    from lessons.db.engine import redact_credentials
+    """Print ``arena: error: <message>`` as one line on stderr (URL passwords as ``***``, those of the command line's
+    values too: :func:`lessons.credentials.redact_command_line`) and return the Exit to raise."""
+    from lessons.credentials import redact_command_line
 
-    line = redact_credentials(" ".join(str(message).split()))
+    line = redact_command_line(" ".join(str(message).split()), sys.argv[1:])
     print(f"arena: error: {line}", file=sys.stderr)
     return typer.Exit(code)
 

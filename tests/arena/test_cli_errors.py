@@ -127,13 +127,14 @@ def test_case_005_a_db_password_with_a_slash_is_never_printed():
 
 
 @pytest.mark.parametrize("db", ["postgresql:/arena:Sekr1t@127.0.0.1/lib", "postgres//arena:Sekr1t@127.0.0.1/lib",
-                                "://arena:Sekr1t@127.0.0.1/lib"])
+                                "://arena:Sekr1t@127.0.0.1/lib", "postgresql:/arena:Se kr1t@127.0.0.1/lib",
+                                "postgres//127.0.0.1/lib?password=Sekr1t"])
 @pytest.mark.parametrize("command", [["run"], ["lessons", "list"], ["report"]])
 def test_case_005_a_mistyped_scheme_never_prints_the_password(tmp_path, db, command):
     """CASE-005's kind, found by a new user's trial: a URL whose scheme is mistyped is read as a path or not parsed."""
     proc = arena(*command, "--db", db, cwd=tmp_path)
-    assert_one_line_error(proc, ":***@127.0.0.1")
-    assert "Sekr1t" not in proc.stderr + proc.stdout and not any(tmp_path.iterdir())  # and nothing was made
+    assert_one_line_error(proc, "***")
+    assert "Sekr1t" not in proc.stderr + proc.stdout and "kr1t" not in proc.stderr and not any(tmp_path.iterdir())
 
 
 def test_a_postgres_url_without_its_driver_says_what_to_install(tmp_path):

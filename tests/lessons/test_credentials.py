@@ -136,9 +136,30 @@ def test_case_005_text_without_a_url_secret_is_unchanged(text: str) -> None:
         ("arena:p:w/d@h and arena:/pw@h", "arena:***@h and arena:***@h"),
         ("user@server:pw@db", "user@server:***@db"),
         ("postgresql:/arena:***@db/x", "postgresql:/arena:***@db/x"),  # masking twice changes nothing
+        ("no database at postgres//h/d?password=Sekr1t", "no database at postgres//h/d?password=***"),  # a second trial
+        ("postgresql:/u@h/d?password=Sekr1t&sslmode=require", "postgresql:***@h/d?password=***&sslmode=require"),
     ],
 )
 def test_case_005_a_mistyped_scheme_does_not_show_the_password(text: str, masked: str) -> None:
     """CASE-005's kind without a ``scheme://``: a ``user:password@host`` word is masked wherever it appears."""
     assert redact_credentials(text) == masked
     assert "Sekr1t" not in redact_credentials(text) and redact_credentials(masked) == masked
+
+
+def test_case_005_a_password_with_a_space_in_a_mistyped_url_is_masked_from_the_command_line() -> None:
+    """A second new user's trial: ``--db 'postgresql:/u:Pw 1x@h/d'`` — word by word, ``postgresql:/u:Pw`` holds no ``@``.
+
+    The command line's values are read whole (:func:`command_line_secrets`), and the CLI masks what they hold in
+    every error line (:func:`redact_command_line`); secrets without whitespace are left to ``redact_credentials``,
+    so no short password masks ordinary words.
+    """
+    from lessons.credentials import command_line_secrets, redact_command_line
+
+    args = ["lessons", "list", "--db", "postgresql:/u:Sekr 1t@h/d"]
+    assert command_line_secrets(args) == ["Sekr 1t"]
+    assert command_line_secrets(["--db=postgresql://u:my  pw@h/d"]) == ["my  pw", "my pw"]
+    line = "no database at postgresql:/u:Sekr 1t@h/d; directory /tmp/postgresql:/u:Sekr 1t@h does not exist"
+    assert redact_command_line(line, args) == ("no database at postgresql:/u:***@h/d; "
+                                               "directory /tmp/postgresql:/u:***@h does not exist")
+    assert command_line_secrets(["--db", "postgresql://a:b@h/d", "runs/x.db", "a@b"]) == []
+    assert redact_command_line("database b missing", ["--db", "postgresql://a:b@h/d"]) == "database b missing"
