@@ -70,67 +70,59 @@ def _redact_bare(text: str) -> str:
 
     A URL whose scheme was mistyped (``postgresql:/arena:pw@db/x``, ``postgres//arena:pw@db/x``,
     ``://arena:pw@db/x``) reaches messages as a path or an unparsable string, and its password
-    must not show there either. In a word holding an ``@`` after a ``:``, the password runs from
-    the first ``:`` not followed by ``/`` (the mistyped scheme's ``:/`` is skipped; the first
-    ``:`` when every one is) to the word's last ``@``; a word without both is kept.
+    must not show there either (:func:`_userinfo_span` says where it is); the values of secret
+    query parameters in such a word are masked as in a URL.
     """
-
     return _TOKEN.sub(lambda m: _redact_word(m.group(0)), text) if "@" in text or "?" in text else text
+
+
+def _userinfo_span(word: str) -> tuple[int, int] | None:
+    """Where the password of a scheme-less ``user:password@host`` word lies, or None.
+
+    In a word holding an ``@`` after a ``:``, the password runs from the first ``:`` not followed by
+    ``/`` (a mistyped scheme's ``:/`` is skipped; the first ``:`` when every one is) to the word's last ``@``.
+    """
+    at = word.rfind("@")
+    colons = [i for i, c in enumerate(word[:at]) if c == ":"] if at > 0 else []
+    if not colons:
+        return None
+    return next((i for i in colons if word[i + 1 : i + 2] != "/"), colons[0]) + 1, at
 
 
 def _redact_word(word: str) -> str:
     """One word of :func:`_redact_bare`: its ``user:password@`` password and secret query values masked."""
-    at = word.rfind("@")
-    colons = [i for i, c in enumerate(word[:at]) if c == ":"] if at > 0 else []
-    host_at = 0
-    if colons:
-        colon = next((i for i in colons if word[i + 1 : i + 2] != "/"), colons[0])
-        word = f"{word[: colon + 1]}{MASK}{word[at:]}"
-        host_at = colon + 1 + len(MASK)
+    span, host_at = _userinfo_span(word), 0
+    if span is not None:
+        word, host_at = f"{word[: span[0]]}{MASK}{word[span[1]:]}", span[0] + len(MASK)
     return _redact_query(word, host_at) if "?" in word else word
 
 
 def command_line_secrets(args: list[str]) -> list[str]:
-    """The passwords and secret query values in command-line arguments, each argument read as one URL.
+    """The passwords and secret query values that hold whitespace in command-line arguments, each read as one word.
 
     :func:`redact_credentials` reads text word by word, so a password holding whitespace in a URL
     whose scheme was mistyped (``--db 'postgresql:/u:my pw@h/d'``) is not found in a message that
-    quotes it. An argument is one value whatever it holds: reading each as one word finds the
-    whole secret, and the CLI masks every occurrence of it (and of its whitespace-collapsed form)
-    in its error lines.
+    quotes it. An argument is one value whatever it holds: read as one word (:func:`_userinfo_span`,
+    :func:`_secret_query_values`) it gives the whole secret, and the CLI masks every occurrence of
+    it, and of its whitespace-collapsed form, in its error lines. Secrets without whitespace are
+    left to :func:`redact_credentials`, which finds them in any text: masking a short one
+    everywhere would mask ordinary words too.
 
     Args:
         args: the command line (``sys.argv[1:]``); ``--flag=value`` is read as its value.
 
     Returns:
-        The secrets that hold whitespace (the others :func:`redact_credentials` finds in any text; masking
-        a short one everywhere would mask ordinary words too), longest first, each also whitespace-collapsed.
+        The secrets, longest first, each also whitespace-collapsed.
     """
     found: set[str] = set()
     for arg in args:
         value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
-        if "@" not in value and "?" not in value:
-            continue
-        masked = redact_credentials(value) if _URL_START.search(value) else _redact_word(value)
-        found |= _differences(value, masked)
+        span = _userinfo_span(value)
+        if span is not None:
+            found.add(value[span[0] : span[1]])
+        found.update(_secret_query_values(value, span[1] if span is not None else 0))
     out = {x for s in found if len(s.split()) > 1 for x in (s, " ".join(s.split()))}
     return sorted(out, key=len, reverse=True)
-
-
-def _differences(original: str, masked: str) -> set[str]:
-    """The substrings of ``original`` that became :data:`MASK` in ``masked`` (pieces between the same text)."""
-    parts = masked.split(MASK)
-    out, pos = set(), 0
-    for i, part in enumerate(parts):
-        start = original.find(part, pos) if part else pos
-        if start < 0:
-            return out
-        if i:
-            out.add(original[pos:start])
-        pos = start + len(part)
-        if i == len(parts) - 1 and part == "" and len(parts) > 1:
-            out.add(original[pos:])
-    return {x for x in out if x and x != MASK}
 
 
 def redact_command_line(text: str, args: list[str]) -> str:
@@ -179,6 +171,15 @@ def _redact_query(rest: str, host_at: int) -> str:
         name, eq, _ = param.partition("=")
         params.append(f"{name}={MASK}" if eq and _is_secret_param(name) else param)
     return f"{rest[: q + 1]}{'&'.join(params)}"
+
+
+def _secret_query_values(rest: str, host_at: int) -> list[str]:
+    """The values :func:`_redact_query` masks in ``rest``, as they are written there."""
+    q = rest.find("?", host_at)
+    if q < 0:
+        return []
+    pairs = (param.partition("=") for param in rest[q + 1 :].split("&"))
+    return [value for name, eq, value in pairs if eq and value and _is_secret_param(name)]
 
 
 def _is_secret_param(name: str) -> bool:
