@@ -125,7 +125,7 @@ class SessionConfig(BaseModel):
     sleep_objective: str | None = None  # arena distill objective of each sleep; None: no sleep with 1 cycle, DEFAULT_SLEEP_OBJECTIVE with more
     sleep_from: Literal["base", "previous"] = "base"  # base: a fresh LoRA on every cycle's data so far (STaR); previous: continue the last adapter on this cycle's data
     sleep_epochs: float = 4.0  # passes over the sleep's examples (when sleep_steps is 0)
-    sleep_steps: int = 40  # optimizer steps per sleep (batch 8), the schedule measured by `arena bench learning`; 0: from sleep_epochs
+    sleep_steps: int = 28  # optimizer steps per sleep (batch 8), measured on the default run's wakes (bench/RESULTS.md); 0: from sleep_epochs
     sleep_lr: float = 5e-4  # peak learning rate of a sleep (AdamW, warm-up then cosine)
     sleep_min_examples: int = 16  # a sleep with fewer training examples is refused (it could only move style)
     sleep_min_guided_log_ratio: float = -1.0  # guided successes below this mean log-ratio (nats/token) are not trained

@@ -185,6 +185,36 @@ def ensure_converted(gguf: Path | None = None) -> Path:
     return target
 
 
+# Model types whose causal-LM forward is exactly lm_head(model(...).last_hidden_state): the fast path
+# that projects only the positions asked for onto the vocabulary is exact for them.
+PLAIN_HEAD_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "smollm3"})
+
+
+def next_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                      mask: torch.Tensor) -> torch.Tensor:
+    """Logits of the next token at the positions ``mask`` selects, in row-major order of the mask.
+
+    Args:
+        model: a transformers causal LM, or a peft model around one (its adapter applies).
+        input_ids: (B, L) token ids.
+        attention_mask: (B, L), or None for an unpadded batch.
+        mask: (B, L-1) bool, True where position i's logits (predicting ``input_ids[:, i+1]``) are wanted.
+
+    Returns:
+        (N, V) float32, N = ``mask.sum()``. For :data:`PLAIN_HEAD_TYPES` the vocabulary projection
+        runs on the N positions only (teacher forcing a completion after a long prompt projects the
+        completion alone); other models go through the full forward. Gradients flow unless the
+        caller disables them.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    body, head = getattr(base, "model", None), getattr(base, "lm_head", None)
+    if getattr(base.config, "model_type", None) in PLAIN_HEAD_TYPES and body is not None and head is not None:
+        hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # (B, L, D)
+        return head(hidden[:, :-1][mask]).float()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    return out.logits[:, :-1][mask].float()
+
+
 class LocalPolicy:
     """SmolLM2-135M-Instruct (or another GGUF / HF checkpoint) sampled with transformers.
 
@@ -490,7 +520,9 @@ class LocalPolicy:
                 return torch.zeros(0, dtype=torch.float32)
             prompt_ids = self.encode(self.prompt_text(messages))
             ids = torch.tensor([prompt_ids + list(completion_ids)], device=self.device)
-            logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float() / temperature  # (T, V)
+            mask = torch.zeros((1, ids.shape[1] - 1), dtype=torch.bool, device=self.device)
+            mask[0, len(prompt_ids) - 1 :] = True  # the positions that predict the completion
+            logits = next_token_logits(self.model, ids, None, mask) / temperature  # (T, V)
             target = torch.tensor(list(completion_ids), device=self.device).unsqueeze(-1)  # (T, 1)
             return torch.log_softmax(logits, dim=-1).gather(-1, target).squeeze(-1).cpu()  # (T,) float32
 

@@ -55,7 +55,7 @@ def distill(
     """Distill a session's lessons and guided successes into a LoRA adapter, then evaluate and register it."""
     quiet_libraries()
     from agents.policy import PolicyError
-    from arena.distill.config import RL_OBJECTIVES, DistillConfig, TrainConfig
+    from arena.distill.config import DistillConfig, TrainConfig, default_dropout
     from arena.distill.data import NoTrainingData
     from arena.distill.pipeline import DistillError, run_distill
     from arena.distill.trainer import TrainingError
@@ -71,7 +71,7 @@ def distill(
             eval_max_tokens=eval_max_tokens, min_guided_log_ratio=min_guided_log_ratio, min_examples=min_examples,
             train=TrainConfig(max_steps=steps, epochs=epochs, lr=lr, rank=rank, alpha=alpha, batch_size=batch_size,
                               grad_accum=grad_accum, max_seq_len=max_seq_len, seed=seed, kl_coef=kl_coef,
-                              dropout=0.0 if objective in RL_OBJECTIVES else TrainConfig().dropout),
+                              dropout=default_dropout(objective)),
         )
         if base_model is not None and not (base_model / "config.json").is_file():
             raise DistillError(f"--base-model {base_model}: not a transformers checkpoint directory (no config.json)")

@@ -79,7 +79,7 @@ def run(
     sleep_objective: Annotated[str, typer.Option(help="arena distill objective of each sleep: distill, sft, guided-unweighted, grpo, guide-grpo or opcd; none: no sleep; auto: distill where a sleep can run and has enough to learn from (local solver, verifier reward, a wake of at least 32 episodes and --sleep-min-examples rollouts), else none.")] = "auto",
     sleep_from: Annotated[str, typer.Option(help="base: each sleep trains a fresh LoRA on every cycle's successes so far (STaR); previous: continue the last adapter on this cycle's.")] = "base",
     sleep_epochs: Annotated[float, typer.Option(help="Passes over a sleep's examples (when --sleep-steps is 0).")] = 4.0,
-    sleep_steps: Annotated[int, typer.Option(help="Optimizer steps per sleep, batch 8 (the schedule arena bench learning measured; 0: from --sleep-epochs).")] = 40,
+    sleep_steps: Annotated[int, typer.Option(help="Optimizer steps per sleep, batch 8 (measured on the default run's wakes, bench/RESULTS.md; 0: from --sleep-epochs).")] = 28,
     sleep_lr: Annotated[float, typer.Option(help="Peak learning rate of a sleep.")] = 5e-4,
     sleep_min_examples: Annotated[int, typer.Option(help="Refuse a sleep with fewer training examples than this.")] = 16,
     sleep_min_guided_log_ratio: Annotated[float, typer.Option(help="Guided successes whose mean log π(y|x) − log π_old(y|x,hint) is below this (nats/token) are not trained.")] = -1.0,

@@ -22,6 +22,14 @@ RL_OBJECTIVES: tuple[str, ...] = ("grpo", "guide-grpo")
 # Objectives whose student samples its own completions while it trains (arena.distill.opcd): on-policy
 # context distillation. It reads no reward and no stored log-probs, only the contexts the solver had.
 ON_POLICY_OBJECTIVES: tuple[str, ...] = ("opcd",)
+# Objectives that train without LoRA dropout by default: those whose loss holds an importance ratio of
+# π_θ against π_old as it was scored (no dropout) — PPO's and Guide's clipped ratios, and the Guide
+# weights of distill's guided successes — and guided-unweighted, the ablation of those weights, which
+# trains as distill does but for them. Dropout noise in π_θ moves every ratio before any update; on
+# the CPU it is also a third of a step (random masks for the input of every adapted projection;
+# bench/RESULTS.md, "LoRA dropout and the sleep's wall time").
+NO_DROPOUT_OBJECTIVES: tuple[str, ...] = (*RL_OBJECTIVES, "distill", "guided-unweighted")
+LORA_DROPOUT = 0.05  # LoRA dropout of the other objectives (sft, opcd)
 
 # Default threshold of the guided-data screen (arena.distill.data.screen_implausible), nats per token:
 # a guided success whose completion is on average more than e^1 ≈ 2.7 times less likely per token
@@ -33,6 +41,11 @@ MIN_GUIDED_LOG_RATIO = -1.0
 LLAMA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def default_dropout(objective: str) -> float:
+    """The LoRA dropout an objective trains with unless told otherwise: 0 for :data:`NO_DROPOUT_OBJECTIVES`, else :data:`LORA_DROPOUT`."""
+    return 0.0 if objective in NO_DROPOUT_OBJECTIVES else LORA_DROPOUT
+
+
 class TrainConfig(BaseModel):
     """LoRA, optimizer and loop settings of :func:`arena.distill.trainer.train`."""
 
@@ -41,7 +54,7 @@ class TrainConfig(BaseModel):
     # LoRA (peft LoraConfig; Hu et al. 2021)
     rank: int = 16  # LoRA rank r
     alpha: int = 32  # LoRA alpha; the update is scaled by alpha / r
-    dropout: float = 0.05  # dropout on the LoRA input; must be 0 for grpo / guide-grpo (see DistillConfig)
+    dropout: float = LORA_DROPOUT  # dropout on the LoRA input; must be 0 for grpo / guide-grpo (see DistillConfig)
     target_modules: list[str] = Field(default_factory=lambda: list(LLAMA_TARGET_MODULES))  # module names to adapt
     # optimizer (AdamW) and schedule
     lr: float = 2e-4  # peak learning rate

@@ -31,13 +31,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agents.backends.local import next_token_logits
 from arena.distill.config import TrainConfig
 from arena.distill.data import DistillExample, RLExample, importance_weights
 from arena.distill.losses import guided_shaped_loss, kl_to_reference, ppo_clip_loss
-
-# Model types whose causal-LM forward is exactly lm_head(model(...).last_hidden_state):
-# the fast path that projects completion positions only is exact for them.
-_PLAIN_HEAD_TYPES = {"llama", "mistral", "qwen2", "qwen3", "smollm3"}
 
 
 class TrainingError(RuntimeError):
@@ -182,13 +179,7 @@ def completion_logits(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tenso
         other models go through the full forward. Under ``peft_model.disable_adapter()`` it gives
         the base model's logits.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    ids, tmask = batch["input_ids"], batch["target_mask"]
-    body, head = getattr(base, "model", None), getattr(base, "lm_head", None)
-    if getattr(base.config, "model_type", None) in _PLAIN_HEAD_TYPES and body is not None and head is not None:
-        hidden = body(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).last_hidden_state  # (B, L, D)
-        return head(hidden[:, :-1][tmask]).float()  # (N, V)
-    return model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits[:, :-1][tmask].float()
+    return next_token_logits(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])  # (N, V)
 
 
 def target_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:

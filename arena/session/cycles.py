@@ -119,7 +119,7 @@ class HeldoutEvals:
 
 def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
     """The :class:`arena.distill.config.DistillConfig` of one sleep (seed moves with the cycle)."""
-    from arena.distill.config import RL_OBJECTIVES, DistillConfig, TrainConfig
+    from arena.distill.config import RL_OBJECTIVES, DistillConfig, TrainConfig, default_dropout
 
     # room for the system prompt, a full lessons section, the question and the completion
     max_seq_len = max(512, cfg.lesson_tokens + cfg.max_tokens + 512)
@@ -132,8 +132,8 @@ def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
                           # grpo / guide-grpo / distill's guided weights: ratios at the rollouts' sampling temperature
                           temperature=cfg.temperature if cfg.sleep in (*RL_OBJECTIVES, "distill") else 1.0,
                           kl_coef=cfg.sleep_kl_coef, sample_tokens=cfg.max_tokens,
-                          # ratios of the policy-gradient objectives: π_θ without dropout, as π_old was scored
-                          dropout=0.0 if cfg.sleep in RL_OBJECTIVES else TrainConfig().dropout),
+                          # importance ratios: π_θ without dropout, as π_old was scored
+                          dropout=default_dropout(cfg.sleep)),
     )
 
 

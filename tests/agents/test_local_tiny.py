@@ -56,3 +56,30 @@ def test_teacher_forced_logprobs_match_sampling_logprobs(tiny):
         forced = tiny.token_logprobs(chat, o.token_ids)
         assert len(forced) == len(o.token_ids)
         assert math.isclose(float(forced.sum()), sum(o.logprobs), abs_tol=tol * len(forced))
+
+
+def test_next_token_logits_project_only_the_masked_positions_exactly(tiny_dir):
+    """The fast path (vocabulary projection on the masked positions only) equals the full forward there, padded or not."""
+    from agents.backends.local import next_token_logits
+
+    policy = LocalPolicy(model_dir=tiny_dir, device="cpu", dtype=torch.float32)
+    policy.load()
+    ids = torch.tensor([[5, 9, 14, 3, 7, 11, 2, 6], [8, 4, 10, 12, 1, 0, 0, 0]])
+    attn = torch.tensor([[1] * 8, [1] * 5 + [0] * 3])
+    mask = torch.zeros((2, 7), dtype=torch.bool)
+    mask[0, 4:] = True
+    mask[1, 2:4] = True
+    with torch.no_grad():
+        fast = next_token_logits(policy.model, ids, attn, mask)
+        full = policy.model(input_ids=ids, attention_mask=attn).logits[:, :-1][mask].float()
+    assert fast.shape == (5, full.shape[-1])
+    assert torch.allclose(fast, full, atol=1e-5)
+    # token_logprobs scores a completion through it: log-softmax of the full forward at the completion positions
+    msgs = solver_messages("What is 2 + 2?")
+    completion = [17, 23, 42]
+    prompt = policy.encode(policy.prompt_text(msgs))
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1].float()
+    want = torch.log_softmax(logits / 0.8, dim=-1).gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(policy.token_logprobs(msgs, completion, temperature=0.8), want, atol=1e-5)
+    policy.close()

@@ -20,7 +20,7 @@ from tiny_llama import make_tiny
 
 from agents.roles.solver import guided_messages, solver_messages
 from arena.config import SessionConfig
-from arena.distill.config import OBJECTIVES, RL_OBJECTIVES, DistillConfig, TrainConfig
+from arena.distill.config import OBJECTIVES, DistillConfig, TrainConfig, default_dropout
 from arena.distill.pipeline import collect_data
 from arena.tasks.sources import load_tasks
 from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
@@ -323,9 +323,9 @@ def exclusion_session(db: Path, tiny: Path, reason: str | None) -> dict[int, tup
 
 
 def distill_config(objective: str) -> DistillConfig:
-    """The smallest config `arena distill --objective OBJECTIVE` would build (dropout 0 for the RL objectives)."""
+    """The smallest config `arena distill --objective OBJECTIVE` would build (its default LoRA dropout)."""
     return DistillConfig(objective=objective, eval_max_tokens=2,
-                         train=TrainConfig(max_steps=1, dropout=0.0 if objective in RL_OBJECTIVES else 0.05))
+                         train=TrainConfig(max_steps=1, dropout=default_dropout(objective)))
 
 
 @pytest.mark.parametrize("reason", ["reward_hack_flagged", "ungraded", "oversized"])

@@ -313,17 +313,77 @@ def test_sleep_objectives_and_temperature():
     assert SessionConfig(db="x.db", cycles=2, sleep_objective="grpo").sleep == "grpo"
 
 
-@pytest.mark.parametrize("objective, dropout", [("grpo", 0.0), ("guide-grpo", 0.0), ("sft", 0.05), ("distill", 0.05)])
-def test_policy_gradient_sleeps_train_without_lora_dropout(objective, dropout):
-    """π_θ in PPO's and Guide's ratios is the policy π_old was scored with: no dropout, so the ratio is 1 before any update."""
+# the LoRA dropout each objective trains with by default, in a sleep and in `arena distill`
+DEFAULT_DROPOUT = {"grpo": 0.0, "guide-grpo": 0.0, "distill": 0.0, "guided-unweighted": 0.0, "sft": 0.05, "opcd": 0.05}
+
+
+@pytest.mark.parametrize("objective", sorted(DEFAULT_DROPOUT))
+def test_objectives_with_importance_ratios_train_without_lora_dropout(objective, tmp_path, monkeypatch):
+    """π_θ in PPO's and Guide's ratios (and distill's Guide weights) is the policy π_old was scored with: no dropout,
+    so a ratio is 1 before any update; guided-unweighted, distill's ablation, trains as distill does."""
+    from arena.cli import distill as distill_cli
     from arena.config import SessionConfig
-    from arena.distill.config import DistillConfig, TrainConfig
+    from arena.distill.config import DistillConfig, TrainConfig, default_dropout
     from arena.session.cycles import sleep_config
 
+    dropout = DEFAULT_DROPOUT[objective]
+    assert default_dropout(objective) == dropout
     assert sleep_config(SessionConfig(db="x.db", cycles=2, sleep_objective=objective), 1).train.dropout == dropout
-    if dropout == 0.0:
+    built: list[DistillConfig] = []
+
+    class Captured(Exception):
+        pass
+
+    def capture(**kwargs):  # the config `arena distill` builds, stopped before any work
+        built.append(DistillConfig(**kwargs))
+        raise Captured
+
+    monkeypatch.setattr("arena.distill.config.DistillConfig", capture)
+    with pytest.raises(Captured):
+        distill_cli.distill(db=str(tmp_path / "x.db"), objective=objective)
+    assert built and built[0].train.dropout == dropout
+    if objective in ("grpo", "guide-grpo"):  # refused outright: their ratios are on-policy
         with pytest.raises(ValueError, match=rf"{objective} trains with LoRA dropout 0 .* got 0.05; set dropout 0"):
             DistillConfig(objective=objective, train=TrainConfig(dropout=0.05))
+
+
+@pytest.mark.parametrize("objective", ["distill", "sft"])
+def test_a_guided_tokens_weight_is_the_same_on_every_forward_only_without_dropout(objective, tiny_dir):
+    """distill's Guide weight of a hinted token, from two training-mode forwards of one adapter: equal without dropout."""
+    from peft import get_peft_model
+
+    from agents.backends.local import LocalPolicy
+    from arena.distill.config import TrainConfig, default_dropout
+    from arena.distill.data import importance_weights
+    from arena.distill.trainer import completion_logits, lora_config
+
+    policy = LocalPolicy(model_dir=tiny_dir, device="cpu", dtype=torch.float32)
+    policy.load()
+    torch.manual_seed(0)
+    model = get_peft_model(policy.model, lora_config(TrainConfig(dropout=default_dropout(objective))))
+    with torch.no_grad():  # a trained adapter: B ≠ 0, so dropout on the LoRA input reaches the output
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)
+    model.train()
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7, 11, 2, 6, 8, 4, 10]])
+    tmask = torch.zeros(1, 11, dtype=torch.bool)
+    tmask[0, 5:] = True
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "target_mask": tmask}
+    targets = ids[:, 1:][tmask]
+    old = torch.full((6,), -2.0)  # π_old of the hinted tokens under the guided context
+    hinted = torch.ones(6, dtype=torch.bool)
+
+    def weights() -> torch.Tensor:
+        logp = -torch.nn.functional.cross_entropy(completion_logits(model, batch), targets, reduction="none")
+        return importance_weights(logp, old, hinted, 0.9, 1e-4)[0]
+
+    first, second = weights(), weights()
+    if objective == "distill":
+        assert torch.equal(first, second)
+    else:  # sft keeps dropout 0.05: the same adapter gives other log-probs, hence other weights, on each forward
+        assert not torch.equal(first, second)
+    policy.close()
 
 
 def test_distill_rescores_pi_old_under_the_adapter_that_sampled(db, tiny, tmp_path, arena_inproc):  # noqa: F811
