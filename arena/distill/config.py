@@ -26,8 +26,8 @@ ON_POLICY_OBJECTIVES: tuple[str, ...] = ("opcd",)
 # π_θ against π_old as it was scored (no dropout) — PPO's and Guide's clipped ratios, and the Guide
 # weights of distill's guided successes — and guided-unweighted, the ablation of those weights, which
 # trains as distill does but for them. Dropout noise in π_θ moves every ratio before any update; on
-# the CPU its random masks for the input of every adapted projection are ~20% of a step's time
-# (bench/RESULTS.md, "The sleep without LoRA dropout and with 28 steps").
+# the CPU its random masks for the input of every adapted projection cost time too (one sleep's data:
+# 219 s with dropout, 191 s without; bench/RESULTS.md, "The sleep without LoRA dropout and with 28 steps").
 NO_DROPOUT_OBJECTIVES: tuple[str, ...] = (*RL_OBJECTIVES, "distill", "guided-unweighted")
 LORA_DROPOUT = 0.05  # LoRA dropout of the other objectives (sft, opcd)
 
