@@ -7,7 +7,8 @@ Three modes, combinable:
 
 - ``plan``: the teacher writes a strategy, shown the reference answer (and a rubric task's
   judge-only reference) as privileged information but told not to state it (a plan that does,
-  or repeats judge-only text, is rejected and regenerated);
+  states any number the task does not hold — a worked-out result — or repeats judge-only text,
+  is rejected and regenerated);
 - ``feedback``: the verifier's and critic's feedback on the failed attempts, Agent-RLVR's
   environment feedback (a line that would reveal the answer is dropped; of a rubric grade only
   its reward and the verifier's note are shown, never the judge's critique);
@@ -28,16 +29,24 @@ from lessons.text import contains_token, neutralise_model_text
 HINT_MODES = ("plan", "feedback", "answer")
 
 # Must make the teacher give a strategy for THIS task without the final answer.
-# Written for the 1.5B teacher, which, told only "never write the answer", wrote it in 4 of 4 plans: the plan
-# describes the steps in words with the task's own numbers and carries out no calculation, so it has no result to
-# state; :func:`plan_problem` still screens every plan.
+# Written for the 1.5B teacher. Told only "never write the answer", it wrote it in 4 of 4 plans; told to "describe
+# the steps in words and carry out no calculation", it still wrote the answer or a result in 14 of 15 all-fail groups
+# of a default session (bench/RESULTS.md, issue 31). Shown one worked plan that splits the task into operations on
+# the task's own numbers and leaves every result to the student, it wrote a usable plan for 14 of 15 of the same
+# groups. :func:`plan_problem` still screens every plan, and a plan may state no number the task does not hold.
 PLAN_SYSTEM = (
-    "You are a teacher. A student failed a task several times. Write a short plan (at most 3 sentences) "
-    "that tells the student HOW to solve it: the method, and the step the failed attempts got wrong. "
-    "Describe the steps in words, using only the numbers that appear in the task: do not carry out any "
-    "calculation and never write an intermediate or final result. You are shown the correct answer only so "
-    "that your plan leads to it; NEVER write it."
+    "You are a teacher. A student failed a task several times. Write a plan of at most 3 short sentences that "
+    "splits the task into easier steps the student can do. Each step names an operation on numbers from the task "
+    "and leaves its result for the student to work out. Never write the result of any step, and never write the "
+    "final answer: the student must compute them. You are shown the correct answer only so that your plan leads to it."
 )
+# the worked plan, shown for the arithmetic families it is written in (elsewhere its numbers would mislead)
+PLAN_EXAMPLE_FAMILIES = frozenset({"chain_sum", "basic_arithmetic"})
+PLAN_EXAMPLE_QUESTION = "State the final answer to the following arithmetic problem: 12 - 30 ="
+PLAN_EXAMPLE_ANSWER = "-18"
+PLAN_EXAMPLE_FAILED = (("12 - 30 = 18", "answer '18' is incorrect"), ("The answer is 42.", "no <answer> tag"))
+PLAN_EXAMPLE_REPLY = ("30 is larger than 12, so the result is negative. Work out 30 - 12, then put a minus sign in "
+                      "front of it. Write only that number inside the answer tag.")
 PART_SEPARATOR = "\n\n"  # between the parts of a hint (plan, feedback, answer)
 PLAN_ATTEMPTS = 3  # a plan that states the answer is regenerated up to this many times in all
 ECHO_WORDS = 6  # consecutive words a plan may not share with judge-only text (a shorter text: all its words)
@@ -51,6 +60,14 @@ _ANSWER_CLAIM = re.compile(r"<\s*answer\s*>|\\boxed|\b(?:answer|result)s?\b[^.\n
 
 class HintModeError(ValueError):
     """An unknown hint mode; the message lists the valid ones (one line)."""
+
+
+class HintRefused(Exception):
+    """No part of a hint could be written without leaking: ``rejected`` says why, one entry per refused attempt or part."""
+
+    def __init__(self, rejected: Sequence[str]) -> None:
+        self.rejected = list(rejected)
+        super().__init__("; ".join(self.rejected) or "no hint part written")
 
 
 def parse_hint_modes(values: Iterable[str]) -> tuple[str, ...]:
@@ -169,34 +186,127 @@ def repeats_text(text: str, source: str, n: int = ECHO_WORDS) -> bool:
     return any(tuple(src[i : i + k]) in grams for i in range(len(src) - k + 1))
 
 
-def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[str] = ()) -> str | None:
+# a numbered list's markers ("1. Add …  2. Subtract …"): numbers of the plan's layout, not of its arithmetic
+_LIST_MARKER = re.compile(r"(?:(?<=^)|(?<=\s))(\d{1,2})[.)](?=\s+[A-Z*])")
+_NUMBER = re.compile(r"(?<![\w.])[-−+]?\d+(?:\.\d+)?(?!\w|\.\d)")
+
+
+def _without_list_markers(text: str) -> str:
+    """``text`` with the markers of a numbered list removed: "1." "2." … in order from 1, at least two of them.
+
+    A lone "1." (or "17." ending a sentence) is kept: only a run 1, 2, … reads as a list, so a
+    result written at a sentence's end is never mistaken for one.
+    """
+    marks = list(_LIST_MARKER.finditer(text))
+    run = 0
+    while run < len(marks) and int(marks[run].group(1)) == run + 1:
+        run += 1
+    if run < 2:
+        return text
+    out, last = [], 0
+    for m in marks[:run]:
+        out.append(text[last:m.start()])
+        last = m.end()
+    return "".join(out) + text[last:]
+
+
+def _magnitude(number: str) -> float:
+    return abs(float(number.replace("−", "-")))
+
+
+def foreign_numbers(text: str, task: str) -> list[str]:
+    """Numbers ``text`` states that ``task`` does not hold (signs ignored, list markers left out), in order.
+
+    A plan that names a number the task does not hold has worked something out: an intermediate
+    result, a final one, or a wrong one (the 1.5B teacher's plans: "add 94 and 77 to get 171",
+    "subtract 5 from the sum"). Either way the student is told a result instead of how to reach it.
+    """
+    held = {_magnitude(n) for n in _NUMBER.findall(task)}
+    return [n for n in _NUMBER.findall(_without_list_markers(text)) if _magnitude(n) not in held]
+
+
+def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[str] = (), task: str | None = None) -> str | None:
     """Why a plan cannot be shown to the solver, or None when it can.
 
     A plan is refused when it is empty, contains the reference answer or its magnitude ("28" of
     "-28": the answer but for its sign), claims any final answer ("the answer is 8", an
-    ``<answer>`` tag; right, it leaks; wrong, it misleads the guided re-attempt), or repeats
-    judge-only text (:func:`repeats_text`: a rubric task's free-text reference, a criterion title
-    the teacher read in a critique).
+    ``<answer>`` tag; right, it leaks; wrong, it misleads the guided re-attempt), states a number
+    the task does not hold (:func:`foreign_numbers`: a worked-out result; checked when ``task`` is
+    given), or repeats judge-only text (:func:`repeats_text`: a rubric task's free-text reference,
+    a criterion title the teacher read in a critique). A numbered list's markers ("1." "2.") are
+    not numbers of the plan.
 
     Args:
         text: the plan.
         reference_answer: the verifiable answer; None: the task has none.
         judge_only: texts the solver must never see.
+        task: the task text whose numbers a plan may name.
+
+    Returns:
+        The reason (a short phrase without parentheses), or None.
     """
     if not text:
         return "empty"
+    body = _without_list_markers(text)
     if reference_answer:
         answer = reference_answer.strip()
-        if contains_token(text, answer):
+        if contains_token(body, answer):
             return "contains the reference answer"
         magnitude = answer.lstrip("-−+").strip()
-        if magnitude != answer and magnitude and contains_token(text, magnitude):
+        if magnitude != answer and magnitude and contains_token(body, magnitude):
             return "contains the reference answer without its sign"
     if _ANSWER_CLAIM.search(text):
         return "states a final answer"
+    if task is not None and (extra := foreign_numbers(text, task)):
+        return f"states a number the task does not hold: {', '.join(dict.fromkeys(extra))}"
     if any(repeats_text(text, t) for t in judge_only if t):
         return "repeats the judge's reference or rubric"
     return None
+
+
+_PLAN_REJECTED = re.compile(r"plan rejected \(([^():]*)")
+
+
+def plan_rejection_reasons(record: str | None) -> list[str]:
+    """The reasons of every refused plan attempt in an episode's recorded error, in order (their details left out).
+
+    ``"plan rejected (states a number the task does not hold: 5): '…'; …"`` gives
+    ``["states a number the task does not hold"]``: the format :func:`plan_hint` writes.
+    """
+    return [m.group(1).strip() for m in _PLAN_REJECTED.finditer(record or "")]
+
+
+def _plan_request(question: str, reference_answer: str | None, judge_reference: str | None,
+                  failed: Sequence[tuple[str, str]]) -> str:
+    """The plan teacher's user turn: the task, the privileged references, up to 4 failed attempts (neutralised)."""
+    lines = [f"Task: {_clip(question, 600)}"]
+    if reference_answer:
+        lines.append(f"Correct answer (do NOT write it): {reference_answer}")
+    if judge_reference:
+        lines.append(f"Reference answer, for you only (do NOT copy it): {_clip(judge_reference, 600)}")
+    lines.append("Failed attempts:")
+    # the attempts and critiques are model-written: neutralised before they enter the teacher's prompt
+    lines += [f"- {_clip(neutralise_model_text(text), 200)!r} ({neutralise_model_text(critique, one_line=True)})"
+              for text, critique in failed[:4]]
+    lines.append("Write the plan now, without the answer.")
+    return "\n".join(lines)
+
+
+def plan_messages(question: str, failed: Sequence[FailedAttempt], reference_answer: str | None,
+                  judge_reference: str | None = None, family: str | None = None) -> list[Message]:
+    """The plan teacher's chat: :data:`PLAN_SYSTEM`, the worked plan for an arithmetic family, then this task.
+
+    The worked plan (:data:`PLAN_EXAMPLE_REPLY`, shown for :data:`PLAN_EXAMPLE_FAMILIES` only)
+    shows the form a plan takes: operations on the task's own numbers, every result left to the
+    student, and the answer format.
+    """
+    msgs: list[Message] = [{"role": "system", "content": PLAN_SYSTEM}]
+    if family is not None and family.split(":")[0] in PLAN_EXAMPLE_FAMILIES:
+        msgs += [{"role": "user", "content": _plan_request(PLAN_EXAMPLE_QUESTION, PLAN_EXAMPLE_ANSWER, None, PLAN_EXAMPLE_FAILED)},
+                 {"role": "assistant", "content": PLAN_EXAMPLE_REPLY}]
+    msgs.append({"role": "user", "content": _plan_request(question, reference_answer, judge_reference,
+                                                          [(a.completion, a.critique) for a in failed])})
+    return msgs
 
 
 def plan_hint(
@@ -210,11 +320,13 @@ def plan_hint(
     attempts: int = PLAN_ATTEMPTS,
     judge_reference: str | None = None,
     judge_only: Sequence[str] = (),
+    family: str | None = None,
 ) -> tuple[str, list[str]]:
     """The teacher's plan; regenerated (new seed) while :func:`plan_problem` refuses it.
 
     The teacher is privileged: it reads the verifiable answer, a rubric task's judge-only
-    reference and every attempt's whole critique; the plan may repeat none of them.
+    reference and every attempt's whole critique; the plan may repeat none of them, and may name
+    no number the task does not hold.
 
     Args:
         teacher: the teacher's policy.
@@ -225,26 +337,18 @@ def plan_hint(
         attempts: plans asked for at most.
         judge_reference: a rubric task's free-text reference, shown to the teacher only.
         judge_only: further texts the plan must not repeat (criterion titles in the critiques).
+        family: the task's family (its spec's name part): arithmetic families get the worked plan.
 
     Returns:
-        ``(text, rejected)``; ``text`` is "" when every attempt leaked or was empty.
+        ``(text, rejected)``; ``text`` is "" when every attempt was refused. ``rejected`` holds one
+        ``"plan rejected (REASON): 'PLAN'"`` per refused attempt.
     """
-    lines = [f"Task: {_clip(question, 600)}"]
-    if reference_answer:
-        lines.append(f"Correct answer (do NOT write it): {reference_answer}")
-    if judge_reference:
-        lines.append(f"Reference answer, for you only (do NOT copy it): {_clip(judge_reference, 600)}")
-    lines.append("Failed attempts:")
-    # the attempts and critiques are model-written: neutralised before they enter the teacher's prompt
-    lines += [f"- {_clip(neutralise_model_text(a.completion), 200)!r} ({neutralise_model_text(a.critique, one_line=True)})"
-              for a in failed[:4]]
-    lines.append("Write the plan now, without the answer.")
-    msgs: list[Message] = [{"role": "system", "content": PLAN_SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
+    msgs = plan_messages(question, failed, reference_answer, judge_reference, family)
     rejected = []
     for i in range(attempts):
         s = None if seed is None else seed + i
         text = _clip(teacher.sample(msgs, n=1, temperature=temperature, max_tokens=max_tokens, seed=s)[0].text, 600)
-        problem = plan_problem(text, reference_answer, [judge_reference or "", *judge_only])
+        problem = plan_problem(text, reference_answer, [judge_reference or "", *judge_only], task=question)
         if problem is None:
             return text, rejected
         rejected.append(f"plan rejected ({problem})" + (f": {text!r}" if text else ""))
@@ -261,7 +365,8 @@ def write_hint(
     seed: int | None = None,
     judge_reference: str | None = None,
     judge_only: Sequence[str] = (),
-) -> Hint | None:
+    family: str | None = None,
+) -> Hint:
     """Write a hint combining ``modes`` for one all-fail group.
 
     The verifiable answer and the judge-only reference arrive apart: the first may be given to
@@ -279,18 +384,20 @@ def write_hint(
         judge_reference: a rubric task's free-text reference (:func:`arena.tasks.verify.judge_reference`):
             shown to the plan's teacher, never written into the hint.
         judge_only: further texts no part may show (criterion titles the plan's teacher reads in critiques).
+        family: the task's family, for the plan's worked example (:func:`plan_messages`).
 
     Returns:
-        The :class:`Hint`, or None when no part could be written without leaking the answer.
+        The :class:`Hint` (``rejected``: the parts and plan attempts refused on the way).
 
     Raises:
         HintModeError: a mode outside :data:`HINT_MODES`.
+        HintRefused: no part could be written without leaking the answer; it carries the reasons.
     """
     parts, used, rejected = [], [], []
     for mode in modes:
         if mode == "plan":
             text, rej = plan_hint(teacher, question, failed, reference_answer, max_tokens=max_tokens, seed=seed,
-                                  judge_reference=judge_reference, judge_only=judge_only)
+                                  judge_reference=judge_reference, judge_only=judge_only, family=family)
         elif mode == "feedback":
             text, rej = feedback_hint(failed, reference_answer)
         elif mode == "answer":
@@ -302,7 +409,7 @@ def write_hint(
             parts.append(text)
             used.append(mode)
     if not parts:
-        return None
+        raise HintRefused(rejected)
     return Hint("+".join(used), PART_SEPARATOR.join(parts), rejected)
 
 

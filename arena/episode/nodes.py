@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from langgraph.runtime import Runtime
 
 from agents.policy import EndpointFault
-from agents.roles.hints import FailedAttempt, write_hint
+from agents.roles.hints import FailedAttempt, HintRefused, write_hint
 from agents.roles.solver import guided_messages, solver_messages
 from agents.roles.teacher import LIBRARY_FULL_NOTE, ReflectResult, RolloutView
 from agents.roles.teacher import reflect as teacher_reflect
@@ -198,12 +198,14 @@ def hint(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
                 ctx.roles.teacher, modes, task.question, failed, verifiable_answer(task),
                 max_tokens=ctx.settings.hint_max_tokens, seed=state.get("seed"),
                 judge_reference=judge_reference(task), judge_only=_criterion_titles(g for _, g in delivered),
+                family=task.family,
             )
         except EndpointFault as e:  # costs the hint, not the episode
             return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": [],
                     "hint_error": _fault_text("hint not written: ", e)}
-        if written is None:
-            return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": []}
+        except HintRefused as e:  # every part leaked: the group goes unguided, the reasons into the episode's record
+            return {"hint": None, "guided_messages": [], "guided_completions": [], "guided_grades": [],
+                    "hint_rejected": e.rejected}
         h = {"mode": written.mode, "text": written.text, "hint_id": None, "rejected": written.rejected}
     return {"hint": h, "guided_messages": guided_messages(state["messages"], h["text"])}
 
@@ -369,17 +371,20 @@ def _rollout_records(state: EpisodeState, completions: list[CompletionEntry], gr
 
 
 def _episode_error(state: EpisodeState) -> str | None:
-    """The episode's recorded error: the reflection's, the rejected ops and the hint's rejected parts, joined,
-    URL passwords masked (CASE-005)."""
+    """The episode's recorded error: the reflection's, the rejected ops and the hint's endpoint fault, joined,
+    URL passwords masked (CASE-005). The hint's refused parts are recorded apart (:func:`_hint_rejected`)."""
     error = state.get("reflection_error")
     if state.get("rejected_ops"):
         error = "; ".join(filter(None, [error, *state["rejected_ops"]]))
-    h = state.get("hint")
-    if h and h.get("rejected"):
-        error = "; ".join(filter(None, [error, *h["rejected"]]))
     if state.get("hint_error"):
         error = "; ".join(filter(None, [error, state["hint_error"]]))
     return redact_credentials(error) if error is not None else None
+
+
+def _hint_rejected(state: EpisodeState) -> list[str]:
+    """What was refused while the episode's hint was written (plan attempts, parts), whether or not a hint came of it."""
+    h = state.get("hint")
+    return list(h.get("rejected") or []) if h else list(state.get("hint_rejected") or [])
 
 
 def curate(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
@@ -413,6 +418,7 @@ def curate(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
             reflection_raw="\n---\n".join(state.get("reflection_raw", [])),
             reflection_error=_episode_error(state),
             hint=HintRecord(h["mode"], h["text"], h["hint_id"]) if h else None,
+            hint_rejected=_hint_rejected(state),
             started_at=datetime.fromisoformat(state["started_at"]) if state.get("started_at") else None,
             finished_at=datetime.now(timezone.utc),
             adapter_id=ctx.settings.adapter_id,

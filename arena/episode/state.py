@@ -90,6 +90,7 @@ class EpisodeState(TypedDict, total=False):
     guided_completions: list[CompletionEntry]
     guided_grades: list[GradeEntry]
     hint_error: str | None  # why no hint was written when the teacher's endpoint failed
+    hint_rejected: list[str]  # every part refused when no hint could be written (:class:`agents.roles.hints.HintRefused`)
     # reflect
     reflection: dict[str, Any] | None  # a validated lessons.ops.Reflection, as its model_dump()
     reflection_raw: list[str]

@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from agents.roles.hints import plan_rejection_reasons
 from arena.config import SessionConfig
 from arena.evaluation import paired
 from arena.session.curriculum import curriculum_summary
@@ -141,16 +143,22 @@ def rubric_summary(rubric_store: RubricStore, session_id: int, evals: dict[str, 
 
 
 def hint_summary(groups: Sequence[Any], threshold: float) -> dict[str, Any]:
-    """How often guidance rescues a task (Guide / Agent-RLVR measures).
+    """How often guidance rescues a task (Guide / Agent-RLVR measures), and why hints were refused.
 
     Args:
-        groups: the session's group outcomes (``unguided`` and ``guided`` rewards per group).
+        groups: the session's group outcomes (``unguided`` and ``guided`` rewards per group, and
+            each episode's refused hint parts, ``hint_rejected``).
         threshold: the success threshold (:func:`lessons.outcomes.passes`).
 
     Returns:
         ``all_fail_groups`` (groups whose best unguided reward < ``threshold``),
         ``guided_groups`` (groups re-attempted with a hint), ``guided_success_rate`` (share
         of guided groups with at least one guided success; 0.0 when there are none),
+        ``all_fail_rescued`` (share of all-fail groups with a guided success: Guide's rescue
+        rate, hints that could not be written counting as failures; 0.0 when none failed),
+        ``hints_refused`` (all-fail groups left unguided with refused hint parts: every part
+        leaked, :class:`agents.roles.hints.HintRefused`), ``plan_rejections`` (refused plan attempts by
+        reason, :func:`agents.roles.hints.plan_rejection_reasons`),
         ``pass_at_k_unguided`` (share of groups with an unguided success: pass@k at n = k)
         and ``pass_at_k_with_hints`` (share solved unguided or, after all failed, guided).
     """
@@ -161,10 +169,15 @@ def hint_summary(groups: Sequence[Any], threshold: float) -> dict[str, Any]:
     n = len(groups)
     guided = [g for g in groups if g.guided]
     rescued = sum(ok(g.guided) for g in guided)
+    all_fail = sum(not ok(g.unguided) for g in groups)
+    reasons = Counter(r for g in groups for line in g.hint_rejected for r in plan_rejection_reasons(line))
     return {
-        "all_fail_groups": sum(not ok(g.unguided) for g in groups),
+        "all_fail_groups": all_fail,
         "guided_groups": len(guided),
         "guided_success_rate": round(rescued / len(guided), 4) if guided else 0.0,
+        "all_fail_rescued": round(rescued / all_fail, 4) if all_fail else 0.0,
+        "hints_refused": sum(bool(g.hint_rejected) and not g.guided and not ok(g.unguided) for g in groups),
+        "plan_rejections": dict(reasons.most_common()),
         "pass_at_k_unguided": round(sum(ok(g.unguided) for g in groups) / n, 4) if n else 0.0,
         "pass_at_k_with_hints": round(sum(ok(g.unguided) or ok(g.guided) for g in groups) / n, 4) if n else 0.0,
     }

@@ -226,6 +226,8 @@ class EpisodeRow(Base):
     reflection_error: Mapped[str | None] = mapped_column(Text())
     # the teacher's ops the curator refused, one line each with the reason (migration 0009); NULL: none
     curation_rejected: Mapped[list[Any] | None] = mapped_column(JSON())
+    # what was refused while the episode's hint was written, one line each with the reason (migration 0013); NULL: none
+    hint_rejected: Mapped[list[Any] | None] = mapped_column(JSON())
     mean_reward: Mapped[float] = mapped_column(Float)  # over the group's (unguided) rollouts
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime]

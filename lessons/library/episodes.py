@@ -98,6 +98,7 @@ def _insert_episode(
         reflection=_reflection_json(rec),
         # a fault's message names its endpoint: no password reaches the shared database (CASE-005)
         reflection_error=redact_credentials(rec.reflection_error) if rec.reflection_error is not None else None,
+        hint_rejected=[redact_credentials(r) for r in rec.hint_rejected] or None,
         mean_reward=statistics.fmean(unguided) if unguided else 0.0,
         started_at=rec.started_at or now,
         finished_at=rec.finished_at or now,
@@ -294,14 +295,15 @@ class EpisodeRepository(Repository):
         """Every recorded episode's unguided and guided rewards, in episode order."""
         with self.read() as s:
             rows = s.execute(
-                select(EpisodeRow.id, EpisodeRow.round, TaskRow.task_key, RolloutRow.guided, RolloutRow.reward)
+                select(EpisodeRow.id, EpisodeRow.round, TaskRow.task_key, EpisodeRow.hint_rejected,
+                       RolloutRow.guided, RolloutRow.reward)
                 .join(TaskRow, EpisodeRow.task_id == TaskRow.id)
                 .join(RolloutRow, RolloutRow.episode_id == EpisodeRow.id)
                 .where(EpisodeRow.session_id == session_id, RolloutRow.reward.is_not(None))
                 .order_by(EpisodeRow.id, RolloutRow.id)
             ).all()
         groups: dict[int, GroupOutcome] = {}
-        for eid, rnd, key, guided, reward in rows:
-            g = groups.setdefault(eid, GroupOutcome(rnd, key, [], []))
+        for eid, rnd, key, hint_rejected, guided, reward in rows:
+            g = groups.setdefault(eid, GroupOutcome(rnd, key, [], [], [str(x) for x in hint_rejected or []]))
             (g.guided if guided else g.unguided).append(float(reward))
         return list(groups.values())

@@ -124,6 +124,7 @@ class EpisodeRecord:
     reflection_raw: str = ""  # the teacher's raw reply
     reflection_error: str | None = None  # why the reply could not be parsed, if it could not
     hint: HintRecord | None = None  # set when the group all failed and guided rollouts follow
+    hint_rejected: list[str] = field(default_factory=list)  # hint parts / plan attempts refused, with why (a hint or none)
     started_at: datetime | None = None  # None: now
     finished_at: datetime | None = None  # None: now
     adapter_id: str | None = None  # readable id of the solver's LoRA adapter that sampled the rollouts; None: the base model
@@ -329,9 +330,10 @@ class HintInfo:
 
 @dataclass(frozen=True)
 class GroupOutcome:
-    """The rewards of one episode's group, unguided and (if any) guided."""
+    """The rewards of one episode's group, unguided and (if any) guided, and the episode's recorded error."""
 
     round: int
     task_key: str
     unguided: list[float]
     guided: list[float]
+    hint_rejected: list[str] = field(default_factory=list)  # refused hint parts of the episode (``episodes.hint_rejected``)

@@ -15,12 +15,18 @@ from agents.roles.hints import (
     NO_ANSWER_PART,
     PLAN_ATTEMPTS,
     FailedAttempt,
+    PLAN_EXAMPLE_REPLY,
+    PLAN_SYSTEM,
     HintModeError,
+    HintRefused,
     answer_hint,
+    foreign_numbers,
     feedback_hint,
     hint_parts,
     parse_hint_modes,
+    plan_messages,
     plan_problem,
+    plan_rejection_reasons,
     write_hint,
 )
 from arena.config import SessionConfig
@@ -29,6 +35,7 @@ from arena.episode.graph import build_episode_graph
 from arena.session.runner import run_session
 from arena.tasks.sources import load_tasks
 from lessons.db.schema import RolloutRow
+from lessons.library.read_models import ArenaData
 from lessons.library.store import LessonStore
 
 
@@ -144,17 +151,20 @@ def test_plan_that_claims_a_wrong_answer_is_rejected_too():
     # seen in session 12's guide-grpo run: "The correct answer is 8." for a task whose answer was not 8
     replies = iter(["The plan is correct, but the answer is incorrect. The correct answer is 8.",
                     "So the result is -37.", "Write <answer>12</answer>.",
-                    "Add the tens (40 + 10), then the ones (3 + 4); the answer is their total."])
+                    "Add the tens of 43 and 14, then the ones; the answer is their total."])
     t = FakePolicy(lambda m, i: next(replies))
     failed = [FailedAttempt("<answer>50</answer>", "50", "answer '50' is incorrect")]
-    assert write_hint(t, ("plan",), "What is 43 + 14?", failed, "57") is None  # three attempts, all claims
+    with pytest.raises(HintRefused) as refused:  # three attempts, all claims
+        write_hint(t, ("plan",), "What is 43 + 14?", failed, "57")
+    assert plan_rejection_reasons("; ".join(refused.value.rejected)) == ["states a final answer"] * 3
     hint = write_hint(t, ("plan",), "What is 43 + 14?", failed, "57")
     assert hint.text.startswith("Add the tens") and hint.rejected == []
     for claim in ("The final answer to the arithmetic problem is 2.", "Answer = 12", "the answer: −5", "Result is 7",
                   "the answer is **8**", "answer is \\boxed{8}", "the answer must be (8)", "The correct answer equals 8",
                   "< answer >8", "the answer is -  5", "answer is .5"):
-        assert write_hint(FakePolicy(lambda m, i, c=claim: c), ("plan",), "What is 43 + 14?", failed, "57") is None, claim
-    for plan in ("The answer is their sum.", "The result comes from adding 43 and 14 in two steps.", "Add the tens first; 40 + 10 = 50."):
+        with pytest.raises(HintRefused):
+            write_hint(FakePolicy(lambda m, i, c=claim: c), ("plan",), "What is 43 + 14?", failed, "57")
+    for plan in ("The answer is their sum.", "The result comes from adding 43 and 14 in two steps."):
         assert write_hint(FakePolicy(lambda m, i, p=plan: p), ("plan",), "What is 43 + 14?", failed, "57").text == plan
     first = write_hint(FakePolicy(lambda m, i: "The answer is 8."), ("plan", "feedback"), "What is 43 + 14?", failed, "57")
     # every plan attempt claims an answer and is rejected; the feedback part has nothing to reject
@@ -167,7 +177,8 @@ def test_plan_that_always_leaks_is_dropped_and_other_parts_remain():
     failed = [FailedAttempt("<answer>50</answer>", "50", "answer '50' is incorrect")]
     hint = write_hint(t, ("plan", "feedback"), "What is 43 + 14?", failed, "57")
     assert hint.mode == "feedback" and "57" not in hint.text
-    assert write_hint(t, ("plan",), "What is 43 + 14?", failed, "57") is None
+    with pytest.raises(HintRefused):
+        write_hint(t, ("plan",), "What is 43 + 14?", failed, "57")
 
 
 def test_feedback_drops_a_line_that_would_reveal_the_answer():
@@ -196,7 +207,9 @@ def test_a_task_without_a_verifiable_answer_gets_no_answer_part():
                       judge_reference=REFERENCE)
     assert hint.mode == "feedback" and hint.rejected == [NO_ANSWER_PART]
     assert "scatter" not in hint.text.lower() and "Blue scatters more" not in hint.text
-    assert write_hint(FakePolicy(lambda m, i: ""), ("answer",), "Why is the sky blue?", failed, None) is None
+    with pytest.raises(HintRefused) as refused:
+        write_hint(FakePolicy(lambda m, i: ""), ("answer",), "Why is the sky blue?", failed, None)
+    assert refused.value.rejected == [NO_ANSWER_PART]
 
 
 def test_feedback_shows_the_solver_feedback_of_a_rubric_grade_not_the_judges_critique():
@@ -308,7 +321,77 @@ def test_a_plan_with_the_answer_but_for_its_sign_is_rejected():
     # the 1.5B teacher's favourite leak on a negative answer: "subtract 15 from 43 to get 28, then make it negative"
     failed = [FailedAttempt("<answer>58</answer>", "58", "answer '58' is incorrect")]
     leak = FakePolicy(lambda m, i: "Subtract 15 from 43 to get 28, then make it negative.")
-    hint = write_hint(leak, ("plan",), "What is 15 - 43?", failed, "-28")
-    assert hint is None and len(leak.calls) == 3
+    with pytest.raises(HintRefused):
+        write_hint(leak, ("plan",), "What is 15 - 43?", failed, "-28")
+    assert len(leak.calls) == 3
     ok = FakePolicy(lambda m, i: "The second number is larger: subtract 15 from 43, then put a minus sign in front.")
     assert write_hint(ok, ("plan",), "What is 15 - 43?", failed, "-28").text.startswith("The second number")
+
+
+def test_a_plan_that_states_any_number_the_task_does_not_hold_is_refused():
+    # the 1.5B teacher's plans (issue 31): "Add 94 and 77 to get the total sum 171", "subtract 5 from the sum"
+    task = "State the final answer to the following arithmetic problem: 94 - 77 ="
+    assert plan_problem("Add 94 and 77 to get 171, then subtract.", "17", task=task) == \
+        "states a number the task does not hold: 171"
+    assert plan_problem("Add 58 and 26. Then, subtract 5 from the sum.", "84", task="58 + 26 =") == \
+        "states a number the task does not hold: 5"
+    # an intermediate result ending a sentence is a number, not a list marker
+    assert plan_problem("Subtract 77 from 94. Then add 3. Write it down.", "17", task=task).startswith("states a number")
+    # the task's own numbers, with or without their sign, are what a plan works with
+    assert plan_problem("77 is larger than 94? No: work out 94 - 77 and keep the sign.", "17", task=task) is None
+    assert plan_problem("Work out 43 - 15, then put a minus sign in front of -43's partner.", "-28",
+                        task="15 - 43 =") is None
+    assert foreign_numbers("Subtract 15 from 43.", "15 - 43 =") == []
+    assert foreign_numbers("Use 2.5 and 10, or 43.", "What is 43 + 14?") == ["2.5", "10"]
+    # without the task the rule is not applied (callers that have none)
+    assert plan_problem("Add 94 and 77 to get 171.", "17") is None
+
+
+def test_a_numbered_lists_markers_are_neither_the_answer_nor_a_result():
+    task = "State the final answer to the following arithmetic problem: 4 - 1 ="
+    plan = "1. Start with 4. 2. Subtract 1 from it. 3. Write only that number inside the answer tag."
+    assert plan_problem(plan, "3", task=task) is None  # "3." is the third step, not the answer 3
+    assert plan_problem("1. Start with 4. 2. Subtract 1; that gives 3. 3. Write it.", "3", task=task) == \
+        "contains the reference answer"
+    # a lone "1." is no list: kept as a number ("The result is 1." would be caught by the claim rule anyway)
+    assert foreign_numbers("Work out 4 - 1 and add 7. Then stop.", task) == ["7"]
+    assert foreign_numbers("1. Add 8. 2. Stop.", task) == ["8"]
+
+
+def test_the_plan_teacher_sees_the_worked_plan_for_arithmetic_families_only():
+    failed = [FailedAttempt("15 - 43 = 28", "28", "answer '28' is incorrect")]
+    arithmetic = plan_messages("What is 15 - 43?", failed, "-28", family="chain_sum:min_terms=2")
+    assert [m["role"] for m in arithmetic] == ["system", "user", "assistant", "user"]
+    assert arithmetic[0]["content"] == PLAN_SYSTEM and arithmetic[2]["content"] == PLAN_EXAMPLE_REPLY
+    assert "Correct answer (do NOT write it): -28" in arithmetic[-1]["content"]
+    assert "-28" not in "".join(m["content"] for m in arithmetic[:3])  # the example is another task's
+    other = plan_messages("Why is the sky blue?", failed, None, family="adding")
+    assert [m["role"] for m in other] == ["system", "user"]
+    # the worked plan passes the screen it teaches (its own task's numbers only, no result)
+    assert plan_problem(PLAN_EXAMPLE_REPLY, "-18", task="State the final answer to the following arithmetic problem: 12 - 30 =") is None
+
+
+def test_a_refused_hint_is_recorded_with_its_reasons_and_counted_in_the_summary(env):
+    # every plan leaks: the group goes unguided, the episode's record names each refused plan, the summary counts them
+    store, splits, cfg = env
+    cfg = cfg.model_copy(update={"hint_modes": ["plan"], "rounds": 1})
+    plans = iter(range(10_000))
+
+    def leaky(messages, i):
+        if messages[0]["content"] == PLAN_SYSTEM:
+            a, b = numbers(messages[-1:])[:2]
+            return f"Add {a} and {b} to get {a + b}." if next(plans) % 3 != 1 else f"Add {a} and {b}, then add 1000."
+        return json.dumps({"analysis": "x", "add": [], "tags": []})
+
+    summary = run_session(cfg, store, Roles(FakePolicy(solver(set())), FakePolicy(leaky)), splits, "h",
+                          checkpointer=InMemorySaver())
+    assert summary["all_fail_groups"] == 3 and summary["guided_groups"] == 0
+    assert summary["hints_refused"] == 3 and summary["all_fail_rescued"] == 0.0
+    assert summary["plan_rejections"] == {"contains the reference answer": 6, "states a number the task does not hold": 3}
+    assert summary["reflections_failed"] == 0  # a refused hint is not a failed reflection
+    sid = store.get_session("h").id
+    records = [g.hint_rejected for g in store.group_outcomes(sid)]
+    assert [len(r) for r in records] == [PLAN_ATTEMPTS] * 3 and all(line.startswith("plan rejected (") for r in records for line in r)
+    assert all(any("then add 1000" in line for line in r) for r in records)  # the refused plan itself is kept for the reader
+    episode = ArenaData(store).episode(1)
+    assert episode.hint_rejected == records[0] and episode.reflection_error is None

@@ -72,7 +72,7 @@ class Seen:
     plan: dict[str, str]  # task question -> the teacher's plan-hint prompt
     judge: list[str]  # every judge prompt (the rollout's turn)
     proposer: dict[str, str]  # task question -> the proposer's prompt with the task as parent
-    episode_errors: dict[str, str]  # task question -> the episode's recorded error (rejected hint parts)
+    episode_errors: dict[str, str]  # task question -> the episode's refused hint parts (``episodes.hint_rejected``)
 
     def solver_all(self) -> list[str]:
         return self.unguided + list(self.guided.values())
@@ -110,7 +110,7 @@ def seen(tmp_path_factory) -> Seen:
     summary = run_session(cfg, store, roles, splits, "who", checkpointer=InMemorySaver())
     assert summary["all_fail_groups"] == 4 and summary["guided_groups"] == 4
     with store.read() as s:
-        errors = {row.task.question: row.reflection_error or "" for row in s.scalars(select(EpisodeRow))}
+        errors = {row.task.question: "; ".join(row.hint_rejected or []) for row in s.scalars(select(EpisodeRow))}
     store.close()
     solver_chats = [_joined(m) for m, _ in roles.solver.calls]
     teacher_calls = roles.teacher.calls

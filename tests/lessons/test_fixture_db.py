@@ -84,10 +84,11 @@ ADDED_FIELDS = {
     "stored_tasks(run-alpha, heldout)": {"source", "metadata"},  # the episode of each rollout (GRPO's groups), issue 15
     "session_stats": {"curation_rejected"},  # the teacher ops the curator refused (migration 0009), issue 17
     # the same, on the TUI's episode screen; and each rollout's fault kind (the episode screen shows it)
-    "episode": {"curation_rejected", "fault"},
+    "episode": {"curation_rejected", "fault", "hint_rejected"},
     # the held-out points' stored intervals and the per-round pass rates (the TUI's charts), issue 18
     "learning_curve": {"heldout_ci", "heldout_n", "pass_at_1", "pass_at_k", "k"},
     "get_session": {"lease"},  # the session's owner, heartbeat and expiry (migration 0012), issue 32
+    "group_outcomes": {"hint_rejected"},  # the hint parts refused while writing each group's hint (migration 0013), issue 31
 }
 
 # Values a read shows differently on purpose: read name -> ((record key, record value), field, old, new).

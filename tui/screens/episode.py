@@ -73,6 +73,8 @@ def render_episode(d: EpisodeDetail) -> Group:
     parts.append(ops)
     for line in d.curation_rejected:
         parts.append(Text(f"curator rejected: {line}", style="yellow"))
+    for line in d.hint_rejected:
+        parts.append(Text(f"hint refused: {line}", style="yellow"))
     if d.reflection_error:
         parts.append(Text(f"reflection failed: {d.reflection_error}", style="red"))
     return Group(*parts)

@@ -354,6 +354,7 @@ class SessionReads:
                 events=[],
                 reflection_error=e.reflection_error,
                 curation_rejected=[str(x) for x in e.curation_rejected or []],
+                hint_rejected=[str(x) for x in e.hint_rejected or []],
             )
         return replace(detail, events=self._episode_events(episode_id, touched))
 

@@ -115,6 +115,7 @@ class EpisodeDetail:
     events: list[EventInfo]  # curation ops this episode caused, in order
     reflection_error: str | None
     curation_rejected: list[str] = field(default_factory=list)  # the teacher's ops the curator refused, with why
+    hint_rejected: list[str] = field(default_factory=list)  # hint parts / plan attempts refused (they leaked), with why
 
 
 @dataclass(frozen=True)
