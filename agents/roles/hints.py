@@ -30,10 +30,10 @@ HINT_MODES = ("plan", "feedback", "answer")
 
 # Must make the teacher give a strategy for THIS task without the final answer.
 # Written for the 1.5B teacher. Told only "never write the answer", it wrote it in 4 of 4 plans; told to "describe
-# the steps in words and carry out no calculation", it still wrote the answer or a result in 14 of 15 all-fail groups
-# of a default session (bench/RESULTS.md, issue 31). Shown one worked plan that splits the task into operations on
-# the task's own numbers and leaves every result to the student, it wrote a usable plan for 14 of 15 of the same
-# groups. :func:`plan_problem` still screens every plan, and a plan may state no number the task does not hold.
+# the steps in words and carry out no calculation", it wrote the answer or a result in all three tries for 14 of 15
+# all-fail groups of a session. Shown one worked plan that splits the task into operations on the task's own numbers
+# and leaves every result to the student, it wrote a plan that passes the screen for 16 of 18 (bench/RESULTS.md,
+# issue 31, session 23). :func:`plan_problem` still screens every plan; a plan may state no number the task does not hold.
 PLAN_SYSTEM = (
     "You are a teacher. A student failed a task several times. Write a plan of at most 3 short sentences that "
     "splits the task into easier steps the student can do. Each step names an operation on numbers from the task "
@@ -229,8 +229,10 @@ def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[s
     """Why a plan cannot be shown to the solver, or None when it can.
 
     A plan is refused when it is empty, contains the reference answer or its magnitude ("28" of
-    "-28": the answer but for its sign), claims any final answer ("the answer is 8", an
-    ``<answer>`` tag; right, it leaks; wrong, it misleads the guided re-attempt), states a number
+    "-28": the answer but for its sign) where the task does not show that number itself ("subtract
+    9 from 0" names a number of "0 - 9", not the magnitude of its answer -9), claims any final
+    answer ("the answer is 8", an ``<answer>`` tag; right, it leaks; wrong, it misleads the
+    guided re-attempt), states a number
     the task does not hold (:func:`foreign_numbers`: a worked-out result; checked when ``task`` is
     given), or repeats judge-only text (:func:`repeats_text`: a rubric task's free-text reference,
     a criterion title the teacher read in a critique). A numbered list's markers ("1." "2.") are
@@ -248,12 +250,16 @@ def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[s
     if not text:
         return "empty"
     body = _without_list_markers(text)
+
+    def shown(token: str) -> bool:  # the plan states it, and the task does not already show it
+        return contains_token(body, token) and not (task is not None and contains_token(task, token))
+
     if reference_answer:
         answer = reference_answer.strip()
-        if contains_token(body, answer):
+        if shown(answer):
             return "contains the reference answer"
         magnitude = answer.lstrip("-−+").strip()
-        if magnitude != answer and magnitude and contains_token(body, magnitude):
+        if magnitude != answer and magnitude and shown(magnitude):
             return "contains the reference answer without its sign"
     if _ANSWER_CLAIM.search(text):
         return "states a final answer"

@@ -343,6 +343,10 @@ def test_a_plan_that_states_any_number_the_task_does_not_hold_is_refused():
                         task="15 - 43 =") is None
     assert foreign_numbers("Subtract 15 from 43.", "15 - 43 =") == []
     assert foreign_numbers("Use 2.5 and 10, or 43.", "What is 43 + 14?") == ["2.5", "10"]
+    # the task's own numbers are not the answer's magnitude: "0 - 9" (answer -9) is planned with its 9 (session 23)
+    assert plan_problem("Subtract 9 from 0. Write the result inside the answer tag.", "-9", task="0 - 9 =") is None
+    assert plan_problem("Subtract 9 from 0. The result is -9.", "-9", task="0 - 9 =") == "contains the reference answer"
+    assert plan_problem("Subtract 9 from 0.", "-9") == "contains the reference answer without its sign"  # no task given
     # without the task the rule is not applied (callers that have none)
     assert plan_problem("Add 94 and 77 to get 171.", "17") is None
 
@@ -395,3 +399,37 @@ def test_a_refused_hint_is_recorded_with_its_reasons_and_counted_in_the_summary(
     assert all(any("then add 1000" in line for line in r) for r in records)  # the refused plan itself is kept for the reader
     episode = ArenaData(store).episode(1)
     assert episode.hint_rejected == records[0] and episode.reflection_error is None
+    # the end-of-session table says it too
+    from rich.console import Console
+
+    from arena.cli.run import print_summary
+
+    console = Console(record=True, width=200)
+    print_summary(summary, console)
+    table = console.export_text()
+    assert "all-fail groups rescued 0.0" in table
+    assert "3 groups; plan attempts refused: contains the reference answer 6, states a number the task does not hold 3" in table
+
+
+def test_bench_plan_hints_replays_a_sessions_all_fail_groups_with_todays_plan_step(env):
+    # bench/plan_hints.py: the session's all-fail groups, a plan written again for each, one guided group sampled
+    import importlib.util
+    from pathlib import Path
+
+    store, splits, cfg = env
+    cfg = cfg.model_copy(update={"hint_modes": ["feedback"], "rounds": 1})  # the session itself wrote no plan
+    run_session(cfg, store, Roles(FakePolicy(solver(set())), FakePolicy(teacher)), splits, "h", checkpointer=InMemorySaver())
+    spec = importlib.util.spec_from_file_location("plan_hints", Path(__file__).resolve().parents[2] / "bench" / "plan_hints.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plans = iter(["Add them to get 1000.", "Add the two numbers, then write the sum."] * 10)
+    planner = FakePolicy(lambda m, i: next(plans) if m[0]["content"] == PLAN_SYSTEM else "{}")
+    rescuer = FakePolicy(solver(set()))  # a hint in context makes it right
+    out = bench.replay(cfg.db, "h", None, teacher=planner, solver=rescuer)
+    assert (out["groups"], out["written"], out["rescued"], out["all_fail_rescued"]) == (3, 3, 3, 1.0)
+    assert out["plan_rejections"] == {"states a number the task does not hold": 3}
+    assert all(r["guided_successes"] == cfg.rollouts and r["plan"].startswith("Add the two") for r in out["rows"])
+    assert [len(r["refused"]) for r in out["rows"]] == [1, 1, 1]
+    guided_chats = [m for m, _ in rescuer.calls]
+    assert all("\n\nHint:\nAdd the two numbers" in c[-1]["content"] for c in guided_chats)
+    assert bench.replay(cfg.db, "h", 1, teacher=planner, solver=rescuer)["groups"] == 1
