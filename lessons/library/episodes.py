@@ -292,7 +292,7 @@ class EpisodeRepository(Repository):
             return [_hint_info(h, k) for h, k in s.execute(q).all()]
 
     def group_outcomes(self, session_id: int) -> list[GroupOutcome]:
-        """Every recorded episode's unguided and guided rewards, in episode order."""
+        """Every recorded episode's unguided and guided rewards and its refused hint parts, in episode order."""
         with self.read() as s:
             rows = s.execute(
                 select(EpisodeRow.id, EpisodeRow.round, TaskRow.task_key, EpisodeRow.hint_rejected,
