@@ -40,8 +40,10 @@ def replay(db: str, session: str | None, limit: int | None, teacher: Any = None,
         teacher, solver: policies to use; None: the session's own (``make_policy`` of its specs).
 
     Raises:
-        SystemExit: no session with episodes, or its tasks cannot be rebuilt (one line).
+        SystemExit: no library at ``db`` (none is created), not a library, no such session or none
+            with episodes, or its tasks cannot be rebuilt (one line).
     """
+    from agents.policy import PolicyError
     from agents.roles.hints import FailedAttempt, HintRefused, plan_rejection_reasons, write_hint
     from agents.roles.solver import guided_messages
     from arena.config import SessionConfig
@@ -51,15 +53,20 @@ def replay(db: str, session: str | None, limit: int | None, teacher: Any = None,
     from arena.tasks.sources import load_tasks
     from arena.tasks.verify import score, verifiable_answer
     from lessons.library.adapters import AdapterStore
-    from lessons.library.read_models import ArenaData
-    from lessons.library.store import LessonStore
+    from lessons.library.read_models import ArenaData, DatabaseProblem, open_store
     from lessons.outcomes import passes
 
-    with LessonStore(db) as store:
-        session = session or store.latest_session_with_episodes()
-        info = store.get_session(session) if session else None
+    try:
+        opened = open_store(db)  # never creates a library where a path was mistyped
+    except DatabaseProblem as e:
+        raise SystemExit(f"plan_hints.py: {e}") from None
+    with opened as store:
+        name = session or store.latest_session_with_episodes()
+        info = store.get_session(name) if name else None
         if info is None:
-            raise SystemExit(f"plan_hints.py: no session with episodes in {db}")
+            raise SystemExit(f"plan_hints.py: no session {session!r} in {db}" if session
+                             else f"plan_hints.py: no session with episodes in {db}")
+        session = name
         cfg = SessionConfig.model_validate({**info.config, "db": db})
         try:
             with contextlib.redirect_stdout(sys.stderr):
@@ -73,9 +80,13 @@ def replay(db: str, session: str | None, limit: int | None, teacher: Any = None,
     groups = [d for d in details if d is not None
               and not any(passes(r.reward, cfg.success_threshold) for r in d.rollouts if not r.guided and r.reward is not None)]
     groups = groups[:limit] if limit else groups
-    teacher = teacher or make_policy(cfg.teacher)
-    solver = solver or make_policy(cfg.solver)
-    rows, reasons = [], Counter()
+    try:
+        teacher = teacher or make_policy(cfg.teacher)
+        solver = solver or make_policy(cfg.solver)
+    except PolicyError as e:
+        raise SystemExit(f"plan_hints.py: {e}") from None
+    rows: list[dict[str, Any]] = []
+    reasons: Counter[str] = Counter()
     for d in groups:
         task = tasks[d.task_key]
         unguided = [r for r in d.rollouts if not r.guided and r.fault is None]

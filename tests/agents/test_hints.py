@@ -433,3 +433,10 @@ def test_bench_plan_hints_replays_a_sessions_all_fail_groups_with_todays_plan_st
     guided_chats = [m for m, _ in rescuer.calls]
     assert all("\n\nHint:\nAdd the two numbers" in c[-1]["content"] for c in guided_chats)
     assert bench.replay(cfg.db, "h", 1, teacher=planner, solver=rescuer)["groups"] == 1
+    # bad input: one line, and no library is created where a path was mistyped
+    missing = Path(cfg.db).with_name("typo.db")
+    with pytest.raises(SystemExit, match=r"^plan_hints.py: no database at .*typo\.db$"):
+        bench.replay(str(missing), None, None, teacher=planner, solver=rescuer)
+    assert not missing.exists()
+    with pytest.raises(SystemExit, match=r"^plan_hints.py: no session 'nope' in "):
+        bench.replay(cfg.db, "nope", None, teacher=planner, solver=rescuer)
