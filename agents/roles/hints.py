@@ -274,7 +274,7 @@ _PLAN_REJECTED = re.compile(r"plan rejected \(([^():]*)")
 
 
 def plan_rejection_reasons(record: str | None) -> list[str]:
-    """The reasons of every refused plan attempt in an episode's recorded error, in order (their details left out).
+    """The reasons of every refused plan attempt in a record (lines of ``episodes.hint_rejected``), in order, details left out.
 
     ``"plan rejected (states a number the task does not hold: 5): '…'; …"`` gives
     ``["states a number the task does not hold"]``: the format :func:`plan_hint` writes.
