@@ -10,10 +10,12 @@ k, temperature and completion cap; plan and guided group seeded with the session
 verifier. So two prompts or screens can be compared on the same groups.
 
 One JSON object on stdout: ``groups`` (all-fail train groups replayed), ``written`` (a plan passed
-the screen), ``rescued`` (a guided success), ``all_fail_rescued`` (rescued / groups),
+the screen), ``rescued`` (a guided success), ``all_fail_rescued`` (rescued / groups; null with none),
 ``plan_rejections`` (refused attempts by reason) and ``rows`` (per group: task, answer, plan,
 guided successes of k, refused attempts). The embedded models load in process (minutes on a
 CPU: each plan is a teacher call, each group k solver samples); nothing is written to the library.
+Bad input (no library, no such session, a task file edited since the session ran): one line on
+stderr, exit 2.
 
 Usage::
 
@@ -74,6 +76,11 @@ def replay(db: str, session: str | None, limit: int | None, teacher: Any = None,
                                                            cfg.heldout_tasks, cfg.seed).train}
         except Exception as e:  # noqa: BLE001 - a stored config that no longer loads
             raise SystemExit(f"plan_hints.py: cannot rebuild the tasks of session {session!r}: {' '.join(str(e).split())}") from None
+        stored = {t.task_key: (t.question, t.answer) for t in store.stored_tasks(session, split="train")}
+        if any(stored.get(k, (t.question, t.answer)) != (t.question, t.answer) for k, t in tasks.items()):
+            # task keys are positions in the task file: an edited file would pair one task's attempts with another
+            raise SystemExit(f"plan_hints.py: the train tasks of session {session!r} changed since it ran "
+                             "(was the task file edited?)")
         reads = ArenaData(store)
         details = [reads.episode(e.id) for e in reads.episodes(info.id) if e.task_key in tasks]
         chats = {r.rollout_id: r.messages for r in AdapterStore(store).training_rollouts(session) if not r.guided}
@@ -112,7 +119,7 @@ def replay(db: str, session: str | None, limit: int | None, teacher: Any = None,
     written = sum(bool(r["plan"]) for r in rows)
     rescued = sum(bool(r["guided_successes"]) for r in rows)
     return {"session": session, "k": cfg.rollouts, "groups": len(rows), "written": written, "rescued": rescued,
-            "all_fail_rescued": round(rescued / len(rows), 4) if rows else 0.0,
+            "all_fail_rescued": round(rescued / len(rows), 4) if rows else None,
             "plan_rejections": dict(reasons.most_common()), "rows": rows}
 
 
@@ -124,7 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         p.error(f"--limit must be >= 1, got {args.limit}")
-    print(json.dumps(replay(args.db, args.session, args.limit)))
+    if args.session is not None and not args.session.strip():
+        p.error("--session must name a session (omit it for the newest)")
+    try:
+        out = replay(args.db, args.session, args.limit)
+    except SystemExit as e:  # bad input: its one line, exit 2 as the arena commands do
+        print(e.code, file=sys.stderr)
+        return 2
+    print(json.dumps(out))
     return 0
 
 

@@ -186,16 +186,17 @@ def repeats_text(text: str, source: str, n: int = ECHO_WORDS) -> bool:
     return any(tuple(src[i : i + k]) in grams for i in range(len(src) - k + 1))
 
 
-# a numbered list's markers ("1. Add …  2. Subtract …"): numbers of the plan's layout, not of its arithmetic
-_LIST_MARKER = re.compile(r"(?:(?<=^)|(?<=\s))(\d{1,2})[.)](?=\s+[A-Z*])")
+# a numbered list's markers ("1. Add …  2. Subtract …"): numbers of the plan's layout, not of its arithmetic. A
+# marker opens the text, a line or a sentence ("… 5. 2. Take …"); "to get 3. Write" ends a sentence with a number
+_LIST_MARKER = re.compile(r"(?:^|(?<=\n)|(?<=[.!?:;)]\s))\s*(\d{1,2})[.)](?=\s+[A-Z*])")
 _NUMBER = re.compile(r"(?<![\w.])[-−+]?\d+(?:\.\d+)?(?!\w|\.\d)")
 
 
 def _without_list_markers(text: str) -> str:
     """``text`` with the markers of a numbered list removed: "1." "2." … in order from 1, at least two of them.
 
-    A lone "1." (or "17." ending a sentence) is kept: only a run 1, 2, … reads as a list, so a
-    result written at a sentence's end is never mistaken for one.
+    A lone "1." is kept, and so is a number ending a sentence ("to get 3. Write it"): only a run
+    1, 2, … each opening the text, a line or a sentence reads as a list.
     """
     marks = list(_LIST_MARKER.finditer(text))
     run = 0
@@ -208,6 +209,33 @@ def _without_list_markers(text: str) -> str:
         out.append(text[last:m.start()])
         last = m.end()
     return "".join(out) + text[last:]
+
+
+_UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+          "sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def spelled(n: int) -> str | None:
+    """``n`` in English words for 0 ≤ n ≤ 999 ("twenty-eight", "one hundred five"); None outside that range."""
+    if not 0 <= n <= 999:
+        return None
+    if n < 20:
+        return _UNITS[n]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else f"-{_UNITS[n % 10]}")
+    rest = n % 100
+    return f"{_UNITS[n // 100]} hundred" + (f" {spelled(rest)}" if rest else "")
+
+
+def _spells(text: str, answer: str) -> bool:
+    """Whether ``text`` writes ``answer``'s magnitude out in words ("negative three" for -3), hyphens and spaces alike."""
+    digits = answer.strip().lstrip("-−+")
+    words = spelled(int(digits)) if digits.isdigit() else None
+    if words is None:
+        return False
+    norm = " ".join(re.findall(r"[a-z]+", text.lower()))
+    return re.search(rf"\b{re.escape(' '.join(re.findall(r'[a-z]+', words)))}\b", norm) is not None
 
 
 def _magnitude(number: str) -> float:
@@ -225,16 +253,36 @@ def foreign_numbers(text: str, task: str) -> list[str]:
     return [n for n in _NUMBER.findall(_without_list_markers(text)) if _magnitude(n) not in held]
 
 
+# "so the result is negative": the worked plan's sign step, which the teacher copies to tasks it does not fit
+_SIGN_CLAIM = re.compile(r"\b(?:result|answer|difference|sum|total)\b[^.;]{0,30}?\b(negative|positive)\b", re.IGNORECASE)
+
+
+def wrong_sign(text: str, reference_answer: str | None) -> bool:
+    """Whether ``text`` says the result is negative (or positive) when the numeric reference answer is not.
+
+    The 1.5B teacher copies the worked plan's "30 is larger than 12, so the result is negative" to
+    tasks whose answer is positive (a new user's trial: "84 is larger than 12, so the result is
+    negative" for 84 − 12); a plan that misleads the guided re-attempt is no plan. Zero is neither.
+    """
+    try:
+        value = float((reference_answer or "").strip().replace("−", "-"))
+    except ValueError:
+        return False
+    claims = {m.group(1).lower() for m in _SIGN_CLAIM.finditer(text)}
+    return ("negative" in claims and value >= 0) or ("positive" in claims and value <= 0)
+
+
 def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[str] = (), task: str | None = None) -> str | None:
     """Why a plan cannot be shown to the solver, or None when it can.
 
     A plan is refused when it is empty, contains the reference answer or its magnitude ("28" of
-    "-28": the answer but for its sign) where the task does not show that number itself ("subtract
+    "-28": the answer but for its sign) or spells it out ("negative three", :func:`spelled`) where
+    the task does not show that number itself ("subtract
     9 from 0" names a number of "0 - 9", not the magnitude of its answer -9), claims any final
     answer ("the answer is 8", an ``<answer>`` tag; right, it leaks; wrong, it misleads the
     guided re-attempt), states a number
     the task does not hold (:func:`foreign_numbers`: a worked-out result; checked when ``task`` is
-    given), or repeats judge-only text (:func:`repeats_text`: a rubric task's free-text reference,
+    given), says the result is negative or positive when it is not (:func:`wrong_sign`), or repeats judge-only text (:func:`repeats_text`: a rubric task's free-text reference,
     a criterion title the teacher read in a critique). A numbered list's markers ("1." "2.") are
     not numbers of the plan.
 
@@ -261,8 +309,12 @@ def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[s
         magnitude = answer.lstrip("-−+").strip()
         if magnitude != answer and magnitude and shown(magnitude):
             return "contains the reference answer without its sign"
+        if _spells(text, answer) and not (task is not None and _spells(task, answer)):
+            return "spells out the reference answer"
     if _ANSWER_CLAIM.search(text):
         return "states a final answer"
+    if wrong_sign(text, reference_answer):
+        return "states the wrong sign of the result"
     if task is not None and (extra := foreign_numbers(text, task)):
         return f"states a number the task does not hold: {', '.join(dict.fromkeys(extra))}"
     if any(repeats_text(text, t) for t in judge_only if t):

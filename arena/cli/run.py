@@ -254,11 +254,14 @@ def print_summary(summary: dict, console: Console) -> None:
     faults = summary.get("faults") or {}
     t.add_row("faults", ", ".join(f"{k} {v}" for k, v in faults.items()) or "none")
     t.add_row("all-fail groups → guided", f"{summary.get('all_fail_groups')} → {summary.get('guided_groups')} "
-              f"(guided success rate {summary.get('guided_success_rate')}; all-fail groups rescued "
-              f"{summary.get('all_fail_rescued')})")
+              f"(guided success rate {summary.get('guided_success_rate')})")
+    if summary.get("all_fail_rescued") is not None:
+        t.add_row("all-fail groups rescued", str(summary["all_fail_rescued"]))
     if summary.get("hints_refused") or summary.get("plan_rejections"):
         reasons = ", ".join(f"{k} {v}" for k, v in (summary.get("plan_rejections") or {}).items()) or "none"
-        t.add_row("hints refused (leaked)", f"{summary.get('hints_refused')} groups; plan attempts refused: {reasons}")
+        n = summary.get("hints_refused") or 0
+        t.add_row("hints not written", f"{n} group{'' if n == 1 else 's'} (every part refused); "
+                  f"plan attempts refused: {reasons}")
     t.add_row("pass@k unguided → with hints", f"{summary.get('pass_at_k_unguided')} → {summary.get('pass_at_k_with_hints')}")
     for r in summary.get("rounds", []):
         extra = ", ".join(f"{k} {v}" for k, v in r.items() if k.startswith("pass_at"))

@@ -155,7 +155,7 @@ def hint_summary(groups: Sequence[Any], threshold: float) -> dict[str, Any]:
         ``guided_groups`` (groups re-attempted with a hint), ``guided_success_rate`` (share
         of guided groups with at least one guided success; 0.0 when there are none),
         ``all_fail_rescued`` (share of all-fail groups with a guided success: Guide's rescue
-        rate, hints that could not be written counting as failures; 0.0 when none failed),
+        rate, hints that could not be written counting as failures; None when no group failed),
         ``hints_refused`` (all-fail groups left unguided with refused hint parts: every part
         leaked, :class:`agents.roles.hints.HintRefused`), ``plan_rejections`` (refused plan attempts by
         reason, :func:`agents.roles.hints.plan_rejection_reasons`),
@@ -175,7 +175,7 @@ def hint_summary(groups: Sequence[Any], threshold: float) -> dict[str, Any]:
         "all_fail_groups": all_fail,
         "guided_groups": len(guided),
         "guided_success_rate": round(rescued / len(guided), 4) if guided else 0.0,
-        "all_fail_rescued": round(rescued / all_fail, 4) if all_fail else 0.0,
+        "all_fail_rescued": round(rescued / all_fail, 4) if all_fail else None,
         "hints_refused": sum(bool(g.hint_rejected) and not g.guided and not ok(g.unguided) for g in groups),
         "plan_rejections": dict(reasons.most_common()),
         "pass_at_k_unguided": round(sum(ok(g.unguided) for g in groups) / n, 4) if n else 0.0,

@@ -407,8 +407,9 @@ def test_a_refused_hint_is_recorded_with_its_reasons_and_counted_in_the_summary(
     console = Console(record=True, width=200)
     print_summary(summary, console)
     table = console.export_text()
-    assert "all-fail groups rescued 0.0" in table
-    assert "3 groups; plan attempts refused: contains the reference answer 6, states a number the task does not hold 3" in table
+    assert re.search(r"all-fail groups rescued\s*│?\s*0\.0", table)
+    assert "3 groups (every part refused); plan attempts refused: contains the reference answer 6, " \
+           "states a number the task does not hold 3" in table
 
 
 def test_bench_plan_hints_replays_a_sessions_all_fail_groups_with_todays_plan_step(env):
@@ -440,3 +441,65 @@ def test_bench_plan_hints_replays_a_sessions_all_fail_groups_with_todays_plan_st
     assert not missing.exists()
     with pytest.raises(SystemExit, match=r"^plan_hints.py: no session 'nope' in "):
         bench.replay(cfg.db, "nope", None, teacher=planner, solver=rescuer)
+
+
+def test_an_answer_after_a_list_marker_or_in_words_is_still_refused():
+    # a new user's trial (session 23): "3." ending a sentence is a number, not the third step; words are numbers too
+    assert plan_problem("1. Start with 5. 2. Take away 2 to get 3. Write it in the answer tag.", "3",
+                        task="5 - 2 =") == "contains the reference answer"
+    assert plan_problem("1. Add 1 and 2. 2. The total comes to 3. Write that number.", "3",
+                        task="1 + 2 =") == "contains the reference answer"
+    assert plan_problem("The difference is negative three.", "-3", task="6 - 9 =") == "spells out the reference answer"
+    assert plan_problem("It is twenty eight below zero.", "-28", task="15 - 43 =") == "spells out the reference answer"
+    assert plan_problem("Add the three numbers one by one.", "3", task="What is one plus two?") == \
+        "spells out the reference answer"
+    assert plan_problem("Add the three numbers.", "3", task="Add three, four and five.") is None  # the task says it
+    assert plan_problem("Add the two numbers.", "57", task="43 + 14 =") is None
+
+
+def test_bench_plan_hints_refuses_a_session_whose_task_file_changed(env, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    store, splits, cfg = env
+    run_session(cfg.model_copy(update={"rounds": 1}), store, Roles(FakePolicy(solver(set())), FakePolicy(teacher)),
+                splits, "h", checkpointer=InMemorySaver())
+    spec = importlib.util.spec_from_file_location("plan_hints", Path(__file__).resolve().parents[2] / "bench" / "plan_hints.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    write_tasks(cfg.tasks_file, n=8)
+    cfg.tasks_file.write_text(cfg.tasks_file.read_text().replace("Compute", "Work out"))  # same keys, other questions
+    with pytest.raises(SystemExit, match="the train tasks of session 'h' changed since it ran"):
+        bench.replay(cfg.db, "h", None, teacher=FakePolicy(teacher), solver=FakePolicy(solver(set())))
+    assert bench.main(["--db", cfg.db, "--session", "h"]) == 2  # one line, exit 2, before any model loads
+    with pytest.raises(SystemExit) as usage:
+        bench.main(["--db", cfg.db, "--session", " "])
+    assert usage.value.code == 2
+
+
+def test_the_rescue_rate_is_null_when_no_group_failed():
+    from arena.session.summary import hint_summary
+    from lessons.library.records import GroupOutcome
+
+    assert hint_summary([], 1.0)["all_fail_rescued"] is None
+    solved = [GroupOutcome(1, "t/train/00000", [1.0, 0.0], [])]
+    assert hint_summary(solved, 1.0)["all_fail_rescued"] is None
+    failed = [*solved, GroupOutcome(1, "t/train/00001", [0.0, 0.0], [0.0, 1.0]),
+              GroupOutcome(1, "t/train/00002", [0.0, 0.0], [], ["plan rejected (empty)"])]
+    got = hint_summary(failed, 1.0)
+    assert (got["all_fail_groups"], got["all_fail_rescued"], got["hints_refused"], got["plan_rejections"]) == \
+        (2, 0.5, 1, {"empty": 1})
+
+
+def test_a_plan_that_copies_the_worked_sign_step_onto_the_wrong_task_is_refused():
+    # a new user's trial (session 23): the worked plan's "so the result is negative" copied to 84 - 12
+    copied = "84 is larger than 12, so the result is negative. Work out 84 - 12, then put a minus sign in front of it."
+    assert plan_problem(copied, "72", task="84 - 12 =") == "states the wrong sign of the result"
+    assert plan_problem("8 is larger than 2, so the result is negative.", "6", task="8 - 2 =") == \
+        "states the wrong sign of the result"
+    assert plan_problem("43 is larger than 14, so the result is positive.", "-29", task="14 - 43 =") == \
+        "states the wrong sign of the result"
+    assert plan_problem("60 is larger than 23, so the result is negative. Work out 60 - 23.", "-37",
+                        task="23 - 60 =") is None
+    assert plan_problem("Both are positive numbers, so add them.", "57", task="43 + 14 =") is None  # not about the result
+    assert plan_problem("The result is negative.", "-0.5", task="1 - 1.5 =") is None
