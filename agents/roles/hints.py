@@ -275,16 +275,15 @@ def wrong_sign(text: str, reference_answer: str | None) -> bool:
 def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[str] = (), task: str | None = None) -> str | None:
     """Why a plan cannot be shown to the solver, or None when it can.
 
-    A plan is refused when it is empty, contains the reference answer or its magnitude ("28" of
-    "-28": the answer but for its sign) or spells it out ("negative three", :func:`spelled`) where
-    the task does not show that number itself ("subtract
-    9 from 0" names a number of "0 - 9", not the magnitude of its answer -9), claims any final
-    answer ("the answer is 8", an ``<answer>`` tag; right, it leaks; wrong, it misleads the
-    guided re-attempt), states a number
-    the task does not hold (:func:`foreign_numbers`: a worked-out result; checked when ``task`` is
-    given), says the result is negative or positive when it is not (:func:`wrong_sign`), or repeats judge-only text (:func:`repeats_text`: a rubric task's free-text reference,
-    a criterion title the teacher read in a critique). A numbered list's markers ("1." "2.") are
-    not numbers of the plan.
+    A plan is refused when it is empty; contains the reference answer, its magnitude ("28" of
+    "-28": the answer but for its sign) or either spelled out ("negative three", :func:`spelled`),
+    unless the task shows that number itself ("subtract 9 from 0" names a number of "0 - 9", not
+    the magnitude of its answer -9); claims any final answer ("the answer is 8", an ``<answer>``
+    tag: right, it leaks; wrong, it misleads the guided re-attempt); says the result is negative
+    or positive when it is not (:func:`wrong_sign`); states a number the task does not hold
+    (:func:`foreign_numbers`: a worked-out result; checked when ``task`` is given); or repeats
+    judge-only text (:func:`repeats_text`: a rubric task's free-text reference, a criterion title
+    the teacher read in a critique). A numbered list's markers ("1." "2.") are not numbers of the plan.
 
     Args:
         text: the plan.
