@@ -30,8 +30,8 @@ HINT_MODES = ("plan", "feedback", "answer")
 
 # Must make the teacher give a strategy for THIS task without the final answer.
 # Written for the 1.5B teacher. Told only "never write the answer", it wrote it in 4 of 4 plans; told to "describe
-# the steps in words and carry out no calculation", it wrote the answer or a result in all three tries for 14 of 15
-# all-fail groups of a session. Shown one worked plan that splits the task into operations on the task's own numbers
+# the steps in words and carry out no calculation", all three of its tries were refused for 14 of 15 all-fail groups
+# of a session (the answer, in each of 18 tries replayed). Shown one worked plan that splits the task into operations on the task's own numbers
 # and leaves every result to the student, it wrote a plan that passes the screen for 16 of 18 (bench/RESULTS.md,
 # issue 31, session 23). :func:`plan_problem` still screens every plan; a plan may state no number the task does not hold.
 PLAN_SYSTEM = (
