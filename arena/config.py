@@ -32,6 +32,11 @@ _SOLVER = re.compile(r"^(local|openai:.+)$")  # the solver is sampled, scored an
 ROLE_CHOICES = f"'local', 'openai:MODEL', 'llamacpp:PATH' or '{EMBEDDED_TEACHER}'"
 DEFAULT_TEACHER = EMBEDDED_TEACHER  # teacher, rubric judge and proposer: Qwen2.5-Coder-1.5B-Instruct in llama.cpp
 REWARDS = ("verifier", "rubric-explicit", "rubric-implicit")
+# The utility A/B of `arena run` (and of `arena bench learning`, which must measure what a run does): every 16
+# episodes, each lesson on 96 tasks of its family, greedy, against the active set (bench/RESULTS.md, session 16:
+# its interval is about ±0.07, the size of a helpful lesson's effect). SessionConfig's own defaults stay small
+# for tests that build one directly.
+RUN_UTILITY_EVERY, RUN_UTILITY_TASKS, RUN_UTILITY_SAMPLES = 16, 96, 1
 MIN_LEASE_TTL_S = 2.0  # the shortest `--lease-ttl`: a heartbeat every 0.5 s, so a renewal has 1.5 s before the lease lapses
 # The longest lease `--lease-ttl` takes (a week): after a crash, --resume waits this long at most; beyond it a
 # datetime overflows (inf, 1e12).

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lessons.text import neutralise_lesson
 
@@ -36,6 +36,31 @@ def clean_lesson_text(v: str) -> str:
     if len(v) > LESSON_MAX_CHARS:
         raise ValueError(f"lesson text must be at most {LESSON_MAX_CHARS} characters")
     return v
+
+
+def _keep_raw_text(data: object) -> object:
+    """Copy an op's ``text`` as the model wrote it into ``raw_text`` before it is cleaned.
+
+    Cleaning collapses whitespace, and whitespace is where a grammar-constrained teacher leaves its
+    holes: the reply grammar allows no digit in a lesson, so the 1.5B teacher writes
+    ``"Think of  and  which"`` where it meant two numbers, or pads a cut sentence with spaces to the
+    length limit (``"we need to first understand that      …"``). The screen
+    (:func:`agents.roles.teacher.screen_reflection`) reads ``raw_text`` for both. It is always
+    overwritten from ``text``: a reply cannot set it.
+    """
+    if isinstance(data, dict) and "text" in data:
+        return {**data, "raw_text": data["text"] if isinstance(data["text"], str) else ""}
+    return data
+
+
+class _TextOp(BaseModel):
+    """An op that carries lesson text: cleaned ``text`` and, for the screen, the model's ``raw_text``."""
+
+    model_config = ConfigDict(extra="ignore")
+    raw_text: str = Field(default="", exclude=True, repr=False,
+                          description="the text before cleaning (whitespace kept); not stored, set from text")
+
+    _raw = model_validator(mode="before")(_keep_raw_text)
 
 
 _SCOPE = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,79}")
@@ -67,7 +92,7 @@ def normalise_scope(scope: str) -> str:
     return GLOBAL_SCOPE if s in {"", "all", "any", "general", GLOBAL_SCOPE} else s
 
 
-class AddOp(BaseModel):
+class AddOp(_TextOp):
     """Add a new lesson: short, general advice, reusable on other tasks of its scope."""
 
     model_config = ConfigDict(extra="ignore")
@@ -87,7 +112,7 @@ class AddOp(BaseModel):
         return normalise_scope(v)
 
 
-class EditOp(BaseModel):
+class EditOp(_TextOp):
     """Rewrite one lesson that was in context (its id stays; the old text stays in the history)."""
 
     model_config = ConfigDict(extra="ignore")
@@ -102,7 +127,7 @@ class EditOp(BaseModel):
         return clean_lesson_text(v)
 
 
-class MergeOp(BaseModel):
+class MergeOp(_TextOp):
     """Merge two or more lessons into one new lesson; the sources are retired, pointing at it."""
 
     model_config = ConfigDict(extra="ignore")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from agents.parsing import sample_and_parse
 from agents.policy import Message, Policy
 from agents.roles.critic import NOTE_CUT_OFF
-from lessons.ops import Reflection
+from lessons.ops import AddOp, EditOp, MergeOp, Reflection
 from lessons.outcomes import passes
 from lessons.text import contains_token, neutralise_lesson, neutralise_model_text
 
@@ -80,6 +80,9 @@ _HOLLOW_EXAMPLE = re.compile(r"\b(?:to|of|is|from|and|equals)\s+[-+*/=×÷](?:\s
 # A lesson that starts in lower case continues a sentence: recorded, an analysis cut at its length limit
 # ("… the goal of solving a problem is to find") went on in the lesson ("the correct answer, not just …").
 _FRAGMENT = re.compile(r"^[\W_]*[a-z]")
+# Two or more spaces inside the model's raw lesson text: a hole where it meant a number the reply grammar
+# keeps out ("Think of  and  which have the relation of  and"; recorded, session 24).
+_HOLE = re.compile(r"\S {2,}\S")
 # A complete sentence: text up to a full stop, "!" or "?" followed by whitespace or the end (closing quotes kept).
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
 _ENDS_SENTENCE = re.compile(r"[.!?][\"')\]]*$")
@@ -288,7 +291,7 @@ def _numbers(text: str) -> set[str]:
     return set(re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?!\w|\.\d)", text))
 
 
-def complete_sentences(text: str) -> str:
+def complete_sentences(text: str, raw: str | None = None) -> str:
     """A lesson the reply grammar cut at :data:`LESSON_MAX_CHARS` without its end, cut back to its complete sentences.
 
     Recorded from the 1.5B teacher: about a third of its lessons run into the limit and end mid-word
@@ -305,7 +308,7 @@ def complete_sentences(text: str) -> str:
         The text up to its last complete sentence, stripped.
     """
     text = text.strip()
-    if not _cut_off(text):
+    if not _cut_off(raw if raw else text):
         return text
     ends = [m.end() for m in _SENTENCE_END.finditer(text)]
     kept = text[: ends[-1]].strip() if ends else ""
@@ -313,8 +316,12 @@ def complete_sentences(text: str) -> str:
 
 
 def _cut_off(text: str) -> bool:
-    """Whether ``text`` (stripped) reached the grammar's length limit without ending a sentence."""
-    return len(text) >= LESSON_MAX_CHARS - 1 and _ENDS_SENTENCE.search(text) is None
+    """Whether ``text`` reached the grammar's length limit without ending a sentence.
+
+    ``text`` may be the model's raw text: spaces padding a sentence the grammar would not let it
+    finish (no digit allowed) to the limit count toward the length, and are not its end.
+    """
+    return len(text) >= LESSON_MAX_CHARS - 1 and _ENDS_SENTENCE.search(text.rstrip()) is None
 
 
 def screen_reflection(
@@ -330,9 +337,10 @@ def screen_reflection(
     answer, any number that appears in the task or any number of two or more digits (lessons
     are general, and the reference answer never reaches a lesson; the 1.5B teacher cites numbers of
     tasks it imagines), must not state a specific result ("the answer is 24"),
-    echo the reply template, repeat itself, start mid-sentence (in lower case), end mid-sentence
-    at the length limit (a cut text keeps its complete sentences: :func:`complete_sentences`), or
-    copy the worked example; its scope is the
+    echo the reply template, repeat itself, start mid-sentence (in lower case), hold a hole where
+    a number was left out (two spaces inside the model's raw text: the grammar allows no digit), end
+    mid-sentence at the length limit (spaces padding it there count: a cut text keeps its complete
+    sentences, :func:`complete_sentences`), or copy the worked example; its scope is the
     task's family or ``global``. EDIT and MERGE texts pass the same checks; tags, EDIT,
     MERGE and RETIRE must name lessons that were in context (one tag per lesson, first wins).
     """
@@ -341,7 +349,7 @@ def screen_reflection(
     example_texts = {a["text"] for a in EXAMPLE_REPLY["add"]}
     shown = set(lessons_shown)
 
-    def problem(text: str) -> str | None:
+    def problem(text: str, raw: str = "") -> str | None:
         sentences = [x.strip().lower() for x in re.split(r"[.!?;]\s*", text) if len(x.split()) >= 3]
         leaked = _numbers(text) & task_numbers
         if reference_answer and contains_token(text, reference_answer.strip()):
@@ -357,7 +365,9 @@ def screen_reflection(
             return "a worked example without its numbers"
         if _FRAGMENT.match(text):
             return "starts mid-sentence: a fragment, not a lesson"
-        if _cut_off(text):
+        if _HOLE.search(raw.strip()):
+            return "a hole where a number was left out"
+        if _cut_off(raw or text):
             return "cut off mid-sentence at the length limit"
         if _TEMPLATE_ECHO.search(text):
             return "echoes the reply template"
@@ -367,10 +377,19 @@ def screen_reflection(
             return "copies the worked example"
         return None
 
+    def kept(op: AddOp | EditOp | MergeOp) -> tuple[AddOp | EditOp | MergeOp, str]:
+        """The op with its text cut back to complete sentences, and the raw text of what is kept."""
+        text = complete_sentences(op.text, op.raw_text)
+        raw = op.raw_text
+        if text != op.text.strip():  # cut back: the raw text after its last complete sentence is gone
+            ends = [m.end() for m in _SENTENCE_END.finditer(raw)]
+            raw = raw[: ends[-1]] if ends else raw
+        return op.model_copy(update={"text": text, "raw_text": raw}), raw
+
     adds = []
     for op in reflection.add:
-        op = op.model_copy(update={"text": complete_sentences(op.text)})
-        reason = problem(op.text)
+        op, raw = kept(op)
+        reason = problem(op.text, raw)
         if reason:
             rejected.append(f"ADD rejected ({reason}): {op.text!r}")
             continue
@@ -382,16 +401,16 @@ def screen_reflection(
         adds.append(op)
     edits, merges, retires = [], [], []
     for op in reflection.edit:
-        op = op.model_copy(update={"text": complete_sentences(op.text)})
-        reason = "lesson was not in context" if op.lesson_id not in shown else problem(op.text)
+        op, raw = kept(op)
+        reason = "lesson was not in context" if op.lesson_id not in shown else problem(op.text, raw)
         if reason:
             rejected.append(f"EDIT {op.lesson_id} rejected ({reason}): {op.text!r}")
         else:
             edits.append(op)
     for op in reflection.merge:
-        op = op.model_copy(update={"text": complete_sentences(op.text)})
+        op, raw = kept(op)
         missing = [i for i in op.lesson_ids if i not in shown]
-        reason = f"{', '.join(missing)} not in context" if missing else problem(op.text)
+        reason = f"{', '.join(missing)} not in context" if missing else problem(op.text, raw)
         if reason:
             rejected.append(f"MERGE {'+'.join(op.lesson_ids)} rejected ({reason}): {op.text!r}")
         else:

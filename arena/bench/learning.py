@@ -44,7 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arena.config import DEFAULT_FAMILY, SessionConfig
+from arena.config import (DEFAULT_FAMILY, RUN_UTILITY_EVERY, RUN_UTILITY_SAMPLES, RUN_UTILITY_TASKS,
+                          SessionConfig)
 from lessons.outcomes import HELDOUT_AFTER, HELDOUT_BEFORE, eval_name
 
 CONDITIONS = ("base", "lessons", "sft", "distill", "grpo", "guide-grpo", "opcd", "loop", "oracle")
@@ -71,10 +72,14 @@ class LearningBenchConfig:
     sleep_steps: int = 40  # optimizer steps per sleep (and of the oracle), batch 8
     sleep_lr: float = 5e-4  # peak learning rate of a sleep
     sleep_min_examples: int = 16  # a sleep with fewer examples is refused
-    utility_every: int = 32  # utility A/B every N episodes (lessons, loop)
+    # the utility A/B of lessons and loop: `arena run`'s (every 16 episodes, 96 greedy pairs per lesson)
+    utility_every: int = RUN_UTILITY_EVERY
+    utility_tasks: int = RUN_UTILITY_TASKS
+    utility_samples: int = RUN_UTILITY_SAMPLES
     concurrency: int = 8  # episodes in flight per round (their rollouts share decoding batches)
     max_tokens: int = 96  # solver completion cap, tokens
-    teacher_max_tokens: int = 192  # teacher reflection cap, tokens
+    # teacher reflection cap, tokens: the session's default (the 1.5B teacher's replies run ~60–250 tokens)
+    teacher_max_tokens: int = SessionConfig.model_fields["teacher_max_tokens"].default
     temperature: float = 0.8  # rollout sampling temperature
     pass_k: int = 8  # k of the sampled held-out pass@k
     pass_k_tasks: int = 32  # held-out tasks (the first ones) of the sampled pass@1 / pass@k
@@ -128,7 +133,8 @@ def session_config(name: str, bcfg: LearningBenchConfig, db: Path) -> SessionCon
         db=str(db), families=[bcfg.family], train_tasks=bcfg.train_tasks, heldout_tasks=bcfg.heldout_tasks,
         rollouts=bcfg.rollouts, temperature=bcfg.temperature, max_tokens=bcfg.max_tokens, seed=bcfg.seed,
         teacher_max_tokens=bcfg.teacher_max_tokens, concurrency=bcfg.concurrency,
-        session=name, sleep_steps=bcfg.sleep_steps, sleep_lr=bcfg.sleep_lr, sleep_min_examples=bcfg.sleep_min_examples,
+        session=name, utility_tasks=bcfg.utility_tasks, utility_samples=bcfg.utility_samples,
+        sleep_steps=bcfg.sleep_steps, sleep_lr=bcfg.sleep_lr, sleep_min_examples=bcfg.sleep_min_examples,
     )
     hints = {"hint_modes": bcfg.hint_modes} if bcfg.hint_modes is not None and name in HINTED else {}
     if name == "lessons":
@@ -364,7 +370,9 @@ def _session_condition(
             sampled=sampled, rollouts=sum(per_round.values()), utility_samples=utility,
             train_tokens=sum(int(a.metrics.get("tokens", 0)) for a in adapters.values()),
             curve=_curve(store, sid, cfg, per_round), error=None, adapters=[a.adapter_id for a in adapters.values()],
-            cycles=summary.get("cycles"), lessons_active=summary.get("lessons_active"),
+            cycles=summary.get("cycles"), lessons_added=summary.get("lessons_added"),
+            lessons_active=summary.get("lessons_active"), reflections_failed=summary.get("reflections_failed"),
+            all_fail_rescued=summary.get("all_fail_rescued"), role_speed=summary.get("role_speed"),
             guided_success_rate=summary.get("guided_success_rate"),
             sleeps_refused=[c["sleep_refused"] for c in summary.get("cycles") or [] if c.get("sleep_refused")],
             lessons=[_lesson_record(a) for _, a in sorted(adapters.items())],

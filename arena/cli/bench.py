@@ -148,7 +148,7 @@ def bench_learning(
     cycles: Annotated[Optional[int], typer.Option(help="Wake–sleep cycles (default 2; --quick 1).")] = None,
     sleep_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per sleep and of the oracle (default 40; --quick 1).")] = None,
     sleep_lr: Annotated[Optional[float], typer.Option(help="Peak learning rate of a sleep (default 5e-4).")] = None,
-    utility_every: Annotated[Optional[int], typer.Option(help="Utility A/B every N episodes in lessons and loop (default 32; --quick off).")] = None,
+    utility_every: Annotated[Optional[int], typer.Option(help="Utility A/B every N episodes in lessons and loop (default 16, as `arena run`: 96 greedy pairs per lesson; --quick off).")] = None,
     pass_k_tasks: Annotated[Optional[int], typer.Option(help="Held-out tasks of the sampled pass@1 / pass@k (default 32).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of task draws and sampling.")] = 0,
     hint_mode: Annotated[Optional[list[str]], typer.Option("--hint-mode", help="Hints of distill, guide-grpo, opcd and loop: plan, feedback, answer (repeatable or comma-separated) or none. Default: feedback,answer.")] = None,

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from arena.config import RUN_UTILITY_EVERY, RUN_UTILITY_SAMPLES, RUN_UTILITY_TASKS
 from arena.cli.support import EXIT_INTERRUPTED, EXIT_STORE_FAULT, config_error, fail, fmt_rate, quiet_libraries, stop_on_sigterm
 
 
@@ -50,10 +51,10 @@ def run(
     solver_in_flight: Annotated[int, typer.Option(help="Solver requests in flight at once per endpoint.")] = 8,
     lesson_tokens: Annotated[int, typer.Option(help="Token budget of the lessons in the solver prompt.")] = 512,
     library_tokens: Annotated[int, typer.Option(help="Token budget of all live lessons; an op past it is rejected.")] = 4096,
-    utility_every: Annotated[int, typer.Option(help="Utility A/B of lessons (with vs without) every N episodes; candidates become active on it; 0: off.")] = 16,
+    utility_every: Annotated[int, typer.Option(help="Utility A/B of lessons (with vs without) every N episodes; candidates become active on it; 0: off.")] = RUN_UTILITY_EVERY,
     utility_lessons: Annotated[int, typer.Option(help="Lessons measured per utility check.")] = 2,
-    utility_tasks: Annotated[int, typer.Option(help="Tasks per lesson in a utility A/B: the family's train tasks, topped up with validation tasks (never trained on, never held-out).")] = 96,
-    utility_samples: Annotated[int, typer.Option(help="Completions per task and arm in a utility A/B: 1 greedy (as held-out pass@1); more: sampled at --temperature on common seeds.")] = 1,
+    utility_tasks: Annotated[int, typer.Option(help="Tasks per lesson in a utility A/B: the family's train tasks, topped up with validation tasks (never trained on, never held-out).")] = RUN_UTILITY_TASKS,
+    utility_samples: Annotated[int, typer.Option(help="Completions per task and arm in a utility A/B: 1 greedy (as held-out pass@1); more: sampled at --temperature on common seeds.")] = RUN_UTILITY_SAMPLES,
     success_threshold: Annotated[
         Optional[float], typer.Option(help="Reward at which a rollout succeeds; a group with none gets a hint. Default: 1.0, or 0.8 with a rubric reward.")
     ] = None,

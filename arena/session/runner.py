@@ -131,6 +131,26 @@ def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
     )
 
 
+def session_curation_policy(cfg: SessionConfig, train_tasks: Sequence[Task]) -> CurationPolicy:
+    """The curation thresholds of a session: its library budget, and who may make a lesson active.
+
+    With the utility A/B on (``utility_every > 0``) a candidate of a family the A/B measures (one
+    whose train tasks have a verifier), or a global one, becomes active on its measurement only,
+    never on the teacher's votes: the 1.5B teacher tags every lesson it was shown helpful, so two
+    reflections promoted lessons the reply grammar had left broken (bench/RESULTS.md, session 24).
+    Rubric-only families, and sessions without the A/B, keep promotion on votes.
+
+    Args:
+        cfg: the session's settings (``library_tokens``, ``utility_every``).
+        train_tasks: its train tasks (their families and verifiers).
+    """
+    from arena.tasks.verify import has_verifier
+    from lessons.ops import normalise_scope
+
+    measured = frozenset(normalise_scope(t.family) for t in train_tasks if has_verifier(t)) if cfg.utility_every > 0 else frozenset()
+    return CurationPolicy(library_tokens=cfg.library_tokens, measured_scopes=measured)
+
+
 def role_speed(roles: Roles, wall_time_s: float) -> dict[str, dict]:
     """Tokens/s of each role's model over this process's run, and its share of the wall time.
 
@@ -352,7 +372,7 @@ class SessionRun:
             checkpointer = SqliteSaver(self.own_conn)
         self.checkpointer = checkpointer
         self.settings = episode_settings(cfg, self.solver)
-        store.curation_policy = CurationPolicy(library_tokens=cfg.library_tokens)
+        store.curation_policy = session_curation_policy(cfg, tasks)
         store.count_tokens = roles.solver.count_tokens
         with store.curate() as c:  # the budget counts this session's solver tokens
             c.recount_live()

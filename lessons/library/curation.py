@@ -59,12 +59,18 @@ class CurationPolicy:
         library_tokens: budget of the live lessons (candidate + active), solver tokens.
         near_duplicate: an ADD whose :func:`lessons.similarity.similarity` to a live lesson
             of its scope (or a global one) is at least this upvotes that lesson instead.
-        promote_votes: a candidate with helpful − harmful ≥ this becomes active.
+        promote_votes: a candidate with helpful − harmful ≥ this becomes active, unless its scope
+            is in ``measured_scopes``.
         retire_votes: a live lesson with harmful − helpful ≥ this is retired.
         evict_after_uses: a candidate shown this many times without helpful > harmful may
             be retired to make room under the budget.
         utility_weight: weight of the measured utility (effect on pass@1, in [-1, 1]) in the
             retrieval prior ``rank_score = helpful − harmful + utility_weight · utility``.
+        measured_scopes: scopes (family names) whose candidates a session's utility A/B measures;
+            global candidates count as measured when any scope is. A measured candidate becomes
+            active on its measurement only, never on votes: the 1.5B teacher tags every lesson it
+            was shown helpful, so two reflections promoted lessons the reply grammar had left
+            broken (bench/RESULTS.md, session 24). Empty: votes promote everywhere (no A/B).
     """
 
     library_tokens: int = 4096
@@ -73,6 +79,11 @@ class CurationPolicy:
     retire_votes: int = 3
     evict_after_uses: int = 3
     utility_weight: float = 10.0
+    measured_scopes: frozenset[str] = frozenset()
+
+    def votes_promote(self, scope: str) -> bool:
+        """Whether net helpful votes may make a candidate of ``scope`` active (see ``measured_scopes``)."""
+        return not self.measured_scopes or (scope != GLOBAL_SCOPE and scope not in self.measured_scopes)
 
 
 @dataclass
@@ -539,7 +550,7 @@ class Curator:
                 f"measured utility {row.utility:+.3f} on pass@1, 95% CI [{row.utility_lo:+.3f}, {row.utility_hi:+.3f}], n={row.utility_n}: it hurts",
             )
             self.result.retired.append(row.lesson_id)
-        elif row.status == "candidate" and net >= p.promote_votes and row.utility is None:  # a measurement outranks votes
+        elif row.status == "candidate" and net >= p.promote_votes and row.utility is None and p.votes_promote(row.scope):  # a measurement outranks votes
             self._set_status(row, "active", "PROMOTE", prov, f"helpful {row.helpful} vs harmful {row.harmful} (≥ {p.promote_votes} net helpful votes)")
             self.result.promoted.append(row.lesson_id)
         elif row.status == "candidate" and row.utility_lo is not None and row.utility_lo > 0:

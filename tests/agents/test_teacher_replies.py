@@ -203,6 +203,36 @@ def test_a_lesson_cut_at_the_length_limit_keeps_its_complete_sentences_or_is_rej
     assert complete_sentences(cut[:150] + " ok now.") == cut[:150] + " ok now."
 
 
+def test_holes_and_space_padding_where_the_grammar_kept_a_number_out_are_rejected() -> None:
+    # recorded from the 1.5B teacher (`arena bench learning`, lessons condition, session 24): the reply grammar
+    # allows no digit in a lesson, so where it meant numbers it left holes, or padded a sentence it could not
+    # finish with spaces to the limit. Cleaning collapses the spaces: both read as lessons, and votes made
+    # the first active. The screen reads the raw text.
+    holed = ("To solve this problem, consider a set of numbers and find the relation between them. Think of  and  "
+             "which have the relation of  and in the context of arithmetic")
+    padded = "To solve this arithmetic problem, we need to first understand that"
+    padded_raw = padded + " " * (160 - len(padded))
+    whole = "Always write the final value inside the answer tag. Then check that"
+    whole_raw = whole + " " * (160 - len(whole))
+    short_hole = "Think of  and  as the two terms, then subtract the smaller from the larger."
+    assert len(holed) == 160  # at the limit without a full stop: cut back to its first sentence, the hole with the rest
+    reply = json.dumps({"analysis": "Most attempts had no tag.", "add": [
+        {"text": holed, "scope": "chain_sum"}, {"text": padded_raw, "scope": "chain_sum"},
+        {"text": whole_raw, "scope": "chain_sum"}, {"text": short_hole, "scope": "chain_sum"}]})
+    out = reflect(Replay([reply]), "chain_sum", Q_ADD, [RolloutView("r", 1.0, "ok"), RolloutView("w", 0.0, "no")], [],
+                  reference_answer="6")
+    assert [a.text for a in out.reflection.add] == [
+        "To solve this problem, consider a set of numbers and find the relation between them.",
+        "Always write the final value inside the answer tag."]
+    assert [r.split(":")[0] for r in out.rejected] == [
+        "ADD rejected (cut off mid-sentence at the length limit)", "ADD rejected (a hole where a number was left out)"]
+    # a reply cannot hide a hole by sending its own raw text; the stored op does not carry it
+    op = Reflection.model_validate({"analysis": "a", "add": [{"text": holed, "scope": "x", "raw_text": "clean"}]}).add[0]
+    assert op.raw_text == holed and "raw_text" not in op.model_dump()
+    # single spaces and a short text without a full stop are lessons
+    assert complete_sentences("Keep the sign of each term", "Keep the sign of each term") == "Keep the sign of each term"
+
+
 def test_the_failure_summary_counts_each_kind_of_wrong_attempt_from_the_grades() -> None:
     from agents.roles.critic import NOTE_CUT_OFF, NOTE_NO_TAG
     from agents.roles.teacher import failure_summary, reflect_messages

@@ -21,10 +21,29 @@ def test_conditions_differ_only_in_what_they_learn_with(tmp_path):
     assert cfgs["lessons"].sleep is None and cfgs["lessons"].hint_modes == [] and cfgs["lessons"].rounds == 2
     assert cfgs["sft"].sleep == "sft" and cfgs["sft"].hint_modes == [] and cfgs["sft"].lesson_tokens == 0
     assert cfgs["distill"].sleep == "distill" and cfgs["distill"].lesson_tokens == 0 and cfgs["distill"].hint_modes
-    assert cfgs["loop"].sleep == "distill" and cfgs["loop"].lesson_tokens == 512 and cfgs["loop"].utility_every == 32
+    assert cfgs["loop"].sleep == "distill" and cfgs["loop"].lesson_tokens == 512
     assert cfgs["loop"].reflect and cfgs["lessons"].reflect and not cfgs["sft"].reflect and not cfgs["distill"].reflect
     for name in ("sft", "distill", "loop"):
         assert cfgs[name].cycles == 2 and cfgs[name].sleep_steps == 40
+
+
+def test_lesson_conditions_measure_lessons_and_teach_as_arena_run_does(tmp_path):
+    """Session 24: the bench built its sessions from SessionConfig's small defaults, so its utility A/B compared
+    16 sampled pairs (±0.24) where `arena run` compares 96 greedy ones, and the teacher's replies were capped at
+    192 tokens where the run gives 320. The bench must measure what a run does."""
+    import inspect
+
+    from arena.cli.run import run
+    from arena.config import SessionConfig
+
+    cli = {p.name: p.default for p in inspect.signature(run).parameters.values()}
+    bcfg = LearningBenchConfig()
+    for name in ("lessons", "loop", "opcd"):
+        c = session_config(name, bcfg, tmp_path / f"{name}.db")
+        assert (c.utility_every, c.utility_tasks, c.utility_samples) == (
+            cli["utility_every"], cli["utility_tasks"], cli["utility_samples"]) == (16, 96, 1)
+        assert c.teacher_max_tokens == SessionConfig.model_fields["teacher_max_tokens"].default == 320
+        assert c.teacher == SessionConfig.model_fields["teacher"].default
 
 
 def test_on_policy_rows_continue_the_sampling_adapter(tmp_path):

@@ -212,6 +212,42 @@ def test_votes_do_not_promote_a_lesson_whose_measured_utility_says_otherwise(sto
     assert store.get_lesson(a).status == "candidate"
 
 
+def test_a_measured_candidate_becomes_active_on_its_measurement_only(store: LessonStore) -> None:
+    """Session 24: in `arena bench learning` the teacher upvoted every lesson it was shown, and two reflections
+    made a broken lesson ("Think of and which have the relation of and ...") active before its A/B came. In a
+    scope the session's utility A/B measures, votes rank and retire; only the A/B promotes."""
+    store.curation_policy = CurationPolicy(measured_scopes=frozenset({"chain_sum"}))
+    a, b = add(store, DISTINCT_LESSONS[0]), add(store, DISTINCT_LESSONS[1])
+    g = add(store, DISTINCT_LESSONS[2], scope="global")
+    other = add(store, DISTINCT_LESSONS[3], scope="writing")  # a rubric-only family: no A/B, votes promote
+    with store.curate() as c:
+        for lid in (a, g, other):
+            for _ in range(5):
+                c.vote(lid, "helpful", CLI)
+        assert c.result.promoted == [other]
+    assert store.get_lesson(a).status == store.get_lesson(g).status == "candidate" and store.get_lesson(a).helpful == 5
+    with store.curate() as c:
+        c.record_utility(b, n=96, pass_with=0.35, pass_without=0.25, ci=(0.03, 0.17), task_keys=["t"], session_id=None,
+                         after_episodes=16)
+        assert c.result.promoted == [b]
+    assert store.get_lesson(b).status == "active"
+    assert CurationPolicy().votes_promote("chain_sum") and CurationPolicy().votes_promote("global")
+
+
+def test_a_session_with_the_utility_ab_promotes_its_verifiable_families_on_the_measurement(tmp_path) -> None:
+    from arena.config import SessionConfig
+    from arena.session.runner import session_curation_policy
+    from arena.tasks.model import Task
+
+    tasks = [Task(task_key="k1", family="chain_sum", split="train", question="1 + 2 =", answer="3", source="reasoning_gym"),
+             Task(task_key="k2", family="writing", split="train", question="Write a haiku.", answer="a haiku",
+                  source="jsonl", metadata={"verifiable": False})]
+    on = session_curation_policy(SessionConfig(db=str(tmp_path / "a.db"), utility_every=16), tasks)
+    assert on.measured_scopes == {"chain_sum"} and not on.votes_promote("global") and on.votes_promote("writing")
+    off = session_curation_policy(SessionConfig(db=str(tmp_path / "a.db"), utility_every=0, library_tokens=900), tasks)
+    assert off.measured_scopes == frozenset() and off.votes_promote("chain_sum") and off.library_tokens == 900
+
+
 # --------------------------------------------------------------------------- near-duplicates
 
 

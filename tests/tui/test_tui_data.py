@@ -43,6 +43,7 @@ def test_open_missing_and_empty_file_creates_nothing(tmp_path: Path):
     with pytest.raises(DatabaseProblem) as e:
         open_store(empty)
     assert e.value.kind == "missing" and empty.stat().st_size == 0
+    assert str(e.value).endswith("the file is empty (0 bytes)")
 
 
 def test_open_corrupt_and_newer_schema_give_one_line(tmp_path: Path, fx: Path):

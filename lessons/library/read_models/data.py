@@ -59,8 +59,10 @@ def open_store(db: str | os.PathLike[str]) -> LessonStore:
     raw = os.fspath(db)
     if "://" not in raw:
         path = Path(raw)
-        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        if not path.exists():
             raise DatabaseProblem("missing", f"no database at {raw}")
+        if path.is_file() and path.stat().st_size == 0:  # a session about to write it, or a stray file
+            raise DatabaseProblem("missing", f"no database at {raw} yet: the file is empty (0 bytes)")
     try:
         return LessonStore(raw)
     except StoreError as e:
