@@ -80,6 +80,9 @@ _HOLLOW_EXAMPLE = re.compile(r"\b(?:to|of|is|from|and|equals)\s+[-+*/=×÷](?:\s
 # A lesson that starts in lower case continues a sentence: recorded, an analysis cut at its length limit
 # ("… the goal of solving a problem is to find") went on in the lesson ("the correct answer, not just …").
 _FRAGMENT = re.compile(r"^[\W_]*[a-z]")
+# A lesson restated under its id label, as the lessons are listed to the teacher ("chain_sum-<id>: 'To provide the
+# final answer, …'": the grammar allows no digit, so the id's digits became "<id>"; recorded, session 24), in quotes.
+_ID_LABEL = re.compile(r"^\s*[a-z][a-z0-9_.]*-(?:<id>|id|\d+)\s*:\s*", re.I)
 # Two or more spaces inside the model's raw lesson text: a hole where it meant a number the reply grammar
 # keeps out ("Think of  and  which have the relation of  and"; recorded, session 24).
 _HOLE = re.compile(r"\S {2,}\S")
@@ -324,6 +327,23 @@ def _cut_off(text: str) -> bool:
     return len(text) >= LESSON_MAX_CHARS - 1 and _ENDS_SENTENCE.search(text.rstrip()) is None
 
 
+def _without_id_label(text: str) -> str:
+    """``text`` without a leading lesson-id label and the quotes around what follows it (:data:`_ID_LABEL`).
+
+    The rest is the lesson the teacher restated; as an ADD it upvotes the lesson it repeats
+    (:class:`lessons.library.curation.Curator`'s near-duplicate rule) instead of being refused as a fragment.
+    """
+    m = _ID_LABEL.match(text)
+    if m is None:
+        return text
+    rest = text[m.end():].strip()
+    if rest[:1] in "'\"" and rest:
+        rest = rest[1:]
+        if rest.rstrip()[-1:] in "'\"":
+            rest = rest.rstrip()[:-1]
+    return rest if len(rest.strip()) >= 12 else text  # the grammar's shortest lesson; shorter: left to the screen
+
+
 def screen_reflection(
     reflection: Reflection,
     family: str,
@@ -349,7 +369,7 @@ def screen_reflection(
     example_texts = {a["text"] for a in EXAMPLE_REPLY["add"]}
     shown = set(lessons_shown)
 
-    def problem(text: str, raw: str = "") -> str | None:
+    def problem(text: str, raw: str, cut: bool) -> str | None:
         sentences = [x.strip().lower() for x in re.split(r"[.!?;]\s*", text) if len(x.split()) >= 3]
         leaked = _numbers(text) & task_numbers
         if reference_answer and contains_token(text, reference_answer.strip()):
@@ -367,7 +387,7 @@ def screen_reflection(
             return "starts mid-sentence: a fragment, not a lesson"
         if _HOLE.search(raw.strip()):
             return "a hole where a number was left out"
-        if _cut_off(raw or text):
+        if cut:
             return "cut off mid-sentence at the length limit"
         if _TEMPLATE_ECHO.search(text):
             return "echoes the reply template"
@@ -377,19 +397,22 @@ def screen_reflection(
             return "copies the worked example"
         return None
 
-    def kept(op: AddOp | EditOp | MergeOp) -> tuple[AddOp | EditOp | MergeOp, str]:
-        """The op with its text cut back to complete sentences, and the raw text of what is kept."""
-        text = complete_sentences(op.text, op.raw_text)
-        raw = op.raw_text
-        if text != op.text.strip():  # cut back: the raw text after its last complete sentence is gone
-            ends = [m.end() for m in _SENTENCE_END.finditer(raw)]
-            raw = raw[: ends[-1]] if ends else raw
-        return op.model_copy(update={"text": text, "raw_text": raw}), raw
+    def kept(op: AddOp | EditOp | MergeOp) -> tuple[AddOp | EditOp | MergeOp, str, bool]:
+        """The op with its id label removed and its text cut back to complete sentences; the raw text of
+        what is kept; and whether it stays cut off at the length limit (the model's raw text decides)."""
+        text0, raw0 = _without_id_label(op.text), _without_id_label(op.raw_text)
+        text = complete_sentences(text0, op.raw_text)
+        cut = _cut_off(op.raw_text) and text == text0.strip()  # at the limit and no complete sentence to keep
+        raw = raw0
+        if text != text0.strip():  # cut back: the raw text after its last complete sentence is gone
+            ends = [m.end() for m in _SENTENCE_END.finditer(raw0)]
+            raw = raw0[: ends[-1]] if ends else raw0
+        return op.model_copy(update={"text": text, "raw_text": raw}), raw, cut
 
     adds = []
     for op in reflection.add:
-        op, raw = kept(op)
-        reason = problem(op.text, raw)
+        op, raw, cut = kept(op)
+        reason = problem(op.text, raw, cut)
         if reason:
             rejected.append(f"ADD rejected ({reason}): {op.text!r}")
             continue
@@ -401,16 +424,16 @@ def screen_reflection(
         adds.append(op)
     edits, merges, retires = [], [], []
     for op in reflection.edit:
-        op, raw = kept(op)
-        reason = "lesson was not in context" if op.lesson_id not in shown else problem(op.text, raw)
+        op, raw, cut = kept(op)
+        reason = "lesson was not in context" if op.lesson_id not in shown else problem(op.text, raw, cut)
         if reason:
             rejected.append(f"EDIT {op.lesson_id} rejected ({reason}): {op.text!r}")
         else:
             edits.append(op)
     for op in reflection.merge:
-        op, raw = kept(op)
+        op, raw, cut = kept(op)
         missing = [i for i in op.lesson_ids if i not in shown]
-        reason = f"{', '.join(missing)} not in context" if missing else problem(op.text, raw)
+        reason = f"{', '.join(missing)} not in context" if missing else problem(op.text, raw, cut)
         if reason:
             rejected.append(f"MERGE {'+'.join(op.lesson_ids)} rejected ({reason}): {op.text!r}")
         else:

@@ -233,6 +233,29 @@ def test_holes_and_space_padding_where_the_grammar_kept_a_number_out_are_rejecte
     assert complete_sentences("Keep the sign of each term", "Keep the sign of each term") == "Keep the sign of each term"
 
 
+def test_a_lesson_restated_under_its_id_label_is_the_lesson_not_a_fragment() -> None:
+    # recorded from the 1.5B teacher (`arena bench learning`, lessons condition, session 24): shown two lessons,
+    # it re-added them under their ids (the grammar allows no digit: "<id>"), the second cut at the limit.
+    # Before, both were refused as fragments and the reflection counted as failed; restated, an ADD upvotes
+    # the lesson it repeats (the curator's near-duplicate rule).
+    first = "chain_sum-<id>: 'To provide the final answer, always end your response with <answer>...</answer>.'"
+    second = ("chain_sum-<id>: 'Always include the <answer> tag to provide the correct answer. If the answer is not "
+              "clear or the task is too long, consider breaking it down to")
+    assert len(second) == 160
+    reply = json.dumps({"analysis": "Most attempts had no tag.", "add": [
+        {"text": first, "scope": "chain_sum"}, {"text": second, "scope": "chain_sum"}]})
+    out = reflect(Replay([reply]), "chain_sum", Q_ADD, [RolloutView("r", 1.0, "ok"), RolloutView("w", 0.0, "no")],
+                  [("chain_sum-00001", "To provide the final answer, always end your response with <answer>...</answer>.")],
+                  reference_answer="6")
+    assert [a.text for a in out.reflection.add] == [
+        "To provide the final answer, always end your response with <answer>...</answer>.",
+        "Always include the <answer> tag to provide the correct answer."] and out.rejected == []
+    # a label with nothing after it is still nothing
+    one = reflect(Replay([json.dumps({"analysis": "a", "add": [{"text": "chain_sum-<id> : 'and then'", "scope": "chain_sum"}]})] * 2),
+                  "chain_sum", Q_ADD, [RolloutView("r", 1.0, "ok")], [], reference_answer="6")
+    assert one.reflection.add == [] and one.rejected
+
+
 def test_the_failure_summary_counts_each_kind_of_wrong_attempt_from_the_grades() -> None:
     from agents.roles.critic import NOTE_CUT_OFF, NOTE_NO_TAG
     from agents.roles.teacher import failure_summary, reflect_messages
