@@ -109,27 +109,13 @@ def _as_bool(v: object) -> object:
     return v
 
 
-def _evidence_required(schema: dict) -> None:
-    """The grammar a llama.cpp judge decodes under: evidence (``reason``) is required and comes first."""
-    schema["required"] = ["id", "reason", "met"]
-    schema["properties"]["reason"]["maxLength"] = REASON_MAX_CHARS
-
-
-REASON_MAX_CHARS = 160  # of a verdict's evidence in the judge's grammar (≈ 30 tokens)
-
-
 class CriterionVerdict(BaseModel):
-    """The judge's decision on one criterion of one response: the evidence first, then the verdict.
+    """The judge's decision on one criterion of one response."""
 
-    The field order is the order a grammar-constrained judge writes them in: what the response
-    says before the decision (reasoning before the verdict, as in G-Eval, Liu et al. 2023), so a
-    small judge looks for a pitfall before it passes the response (bench/RESULTS.md, session 24).
-    """
-
-    model_config = ConfigDict(extra="ignore", json_schema_extra=_evidence_required)
+    model_config = ConfigDict(extra="ignore")
     id: int = Field(description="the criterion's number as listed (1-based)")
-    reason: str = Field(default="", description="what the response says about this criterion, in a few words")
     met: bool = Field(description="true if the response meets the criterion (for a Pitfall: makes the mistake)")
+    reason: str = Field(default="", description="a few words of evidence from the response")
 
     @field_validator("met", mode="before")
     @classmethod
@@ -176,9 +162,9 @@ class ImplicitJudgement(BaseModel):
 
 # Must make the judge decide every criterion independently and answer with JSON only.
 EXPLICIT_SYSTEM = """You are a strict grader. You get a question, a student's response and a numbered list of criteria.
-For EACH criterion first write what the response actually says about it ("reason", a few words; "says nothing about it" if so), then decide whether the response meets it ("yes" or "no"). For a criterion marked Pitfall, "met": "yes" means the response MAKES that mistake.
+For EACH criterion decide whether the response meets it ("yes" or "no"). For a criterion marked Pitfall, "met": "yes" means the response MAKES that mistake.
 Reply with ONE JSON object with one verdict per criterion, ids 1 to N, and nothing else:
-{"verdicts": [{"id": 1, "reason": "few words", "met": "yes"}, {"id": 2, "reason": "few words", "met": "no"}]}"""
+{"verdicts": [{"id": 1, "met": "yes", "reason": "few words"}, {"id": 2, "met": "no", "reason": "few words"}]}"""
 
 # Must make the judge weigh all criteria into one 1–10 rating and answer with JSON only.
 IMPLICIT_SYSTEM = """You are a strict grader. You get a question, a student's response and a list of weighted criteria.
@@ -188,7 +174,7 @@ Reply with ONE JSON object and nothing else:
 
 JUDGE_RETRY = "Your reply could not be used: {error}. Reply again with ONLY the JSON object described above."
 
-EXPLICIT_PREFILL = '{"verdicts": [{"id": 1, "reason": "'
+EXPLICIT_PREFILL = '{"verdicts": [{"id": 1, "met": "'
 IMPLICIT_PREFILL = '{"rating": '
 
 # One worked example (a few-shot pair) so small judges follow the format; its criterion count (4)
@@ -202,10 +188,10 @@ EXAMPLE_CRITERIA = (
     ("Frost paints leaves", "Pitfall Criteria: Claims that frost paints the leaves.", -2),
 )
 EXAMPLE_EXPLICIT = {"verdicts": [
-    {"id": 1, "reason": "says chlorophyll breaks down", "met": "yes"},
-    {"id": 2, "reason": "yellow and orange pigments", "met": "yes"},
-    {"id": 3, "reason": "says nothing about days", "met": "no"},
-    {"id": 4, "reason": "no frost claim", "met": "no"},
+    {"id": 1, "met": "yes", "reason": "says chlorophyll breaks down"},
+    {"id": 2, "met": "yes", "reason": "yellow and orange pigments"},
+    {"id": 3, "met": "no", "reason": "no mention of days"},
+    {"id": 4, "met": "no", "reason": "no frost claim"},
 ]}
 EXAMPLE_IMPLICIT = {"rating": 8, "critique": "It does not say what triggers the change."}
 
@@ -294,9 +280,7 @@ def _judge_messages(system: str, example_reply: dict | None, user: str, weights:
     ]
 
 
-# "id": N, then "met": X — with the evidence between them (today's order) or after (the old one)
-_VERDICT = re.compile(r'"id"\s*:\s*"?(\d+)"?\s*,\s*(?:"reason"\s*:\s*"[^"]*"\s*,\s*)?'
-                      r'"met"\s*:\s*("[^"]*"|true|false|True|False|[01])', re.I)
+_VERDICT = re.compile(r'"id"\s*:\s*"?(\d+)"?\s*,\s*"met"\s*:\s*("[^"]*"|true|false|True|False|[01])', re.I)
 _RATING = re.compile(r'"rating"\s*:\s*"?(\d+(?:\.\d+)?)(?:\s*/\s*10)?"?\s*[,}]')
 
 

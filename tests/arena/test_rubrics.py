@@ -206,21 +206,6 @@ def test_judge_explicit_repairs_broken_json_and_drops_unknown_ids():
     assert res.reward == pytest.approx((5 + 1) / 9)
 
 
-def test_the_judge_states_its_evidence_before_each_verdict():
-    """Session 24: the 1.5B judge's errors were false passes (9 of 10); its grammar made it write "met" before
-    any evidence. The grammar now requires the evidence first, and replies in either order are read."""
-    from agents.roles.rubric import EXPLICIT_PREFILL, REASON_MAX_CHARS, ExplicitJudgement
-
-    item = ExplicitJudgement.model_json_schema()["$defs"]["CriterionVerdict"]
-    assert list(item["properties"]) == ["id", "reason", "met"] and item["required"] == ["id", "reason", "met"]
-    assert item["properties"]["reason"]["maxLength"] == REASON_MAX_CHARS
-    assert EXPLICIT_PREFILL.endswith('"reason": "')
-    broken = ('{"verdicts": [{"id": 1, "reason": "says scattered", "met": "yes"}, {"id": 2, "met": "no", "reason": "b"}, '
-              '{"id": 3, "reason": "no days", "met": true}, {"id": 4, "reason": "no", "met": "no"}}}')
-    res = judge_explicit(scripted(broken), "q", "r", RUBRIC)
-    assert res.graded and res.met == [True, False, True, False]
-
-
 def test_judge_rejects_copies_of_the_example_and_template():
     from agents.roles.rubric import EXAMPLE_EXPLICIT
 
@@ -344,7 +329,7 @@ def test_real_judge_returns_a_consistent_grade_or_ungraded(local_policy):
     task = next(t for t in train if t.question.startswith("Why is the sky blue"))
     criteria = [Criterion.model_validate(c) for c in task.metadata["rubric"]]
     res = judge_explicit(local_policy, task.question, task.metadata["reference"], criteria, seed=0)
-    assert res.raw and all(r.startswith('{"verdicts": [{"id": 1, "reason": "') for r in res.raw)  # prefill honoured
+    assert res.raw and all(r.startswith('{"verdicts": [{"id": 1, "met": "') for r in res.raw)  # prefill honoured
     if res.graded:
         assert len(res.met) == len(criteria)
         # RaR's explicit aggregate, written out here (not the judge's own function): Σ met w / Σ positive w, in [0, 1]
