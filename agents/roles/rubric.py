@@ -110,7 +110,13 @@ def _as_bool(v: object) -> object:
 
 
 class CriterionVerdict(BaseModel):
-    """The judge's decision on one criterion of one response."""
+    """The judge's decision on one criterion of one response.
+
+    The verdict comes before its reason, also in the grammar a llama.cpp judge decodes under. The
+    evidence first (reason, then met) was measured worse for the embedded 1.5B judge: accuracy
+    0.625 against 0.792 on the 48 labelled fixtures, paired −0.167 [−0.285, −0.045], p = 0.021, all
+    nine losses false passes (bench/RESULTS.md, session 24).
+    """
 
     model_config = ConfigDict(extra="ignore")
     id: int = Field(description="the criterion's number as listed (1-based)")
