@@ -24,6 +24,29 @@ from pathlib import Path
 from agents.policy import Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError, RoleStats
 
 DEFAULT_N_CTX = 4096  # context window of the llama.cpp context, tokens (reflection prompts are ~1–2k)
+# The longest string bound a grammar keeps. llama.cpp writes ``maxLength: N`` as N nested optional rules and
+# refuses a grammar past its repetition limit (2,000); llama-cpp-python then crashed the whole process with
+# SIGSEGV on the first token (the proposer's 4,000-character justification, `arena run --curriculum frontier`,
+# session 24). Longer bounds are left to validation after the reply and to ``max_tokens``.
+GRAMMAR_MAX_LENGTH = 500
+
+
+def grammar_schema(schema: object) -> object:
+    """``schema`` with every ``maxLength`` above :data:`GRAMMAR_MAX_LENGTH` removed, for llama.cpp's grammar.
+
+    ``minLength`` above it is lowered to it (a grammar cannot require what it may not repeat). The
+    caller's schema is not changed; the reply is still validated against the full model.
+    """
+    if isinstance(schema, dict):
+        out = {k: grammar_schema(v) for k, v in schema.items()}
+        if isinstance(out.get("maxLength"), int) and out["maxLength"] > GRAMMAR_MAX_LENGTH:
+            del out["maxLength"]
+        if isinstance(out.get("minLength"), int) and out["minLength"] > GRAMMAR_MAX_LENGTH:
+            out["minLength"] = GRAMMAR_MAX_LENGTH
+        return out
+    if isinstance(schema, list):
+        return [grammar_schema(v) for v in schema]
+    return schema
 
 
 def default_threads() -> int:
@@ -154,7 +177,7 @@ class LlamaCppPolicy:
             from llama_cpp import LlamaGrammar
 
             # the schema's own key order is the order the reply must follow (analysis before lessons)
-            self._grammars[key] = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+            self._grammars[key] = LlamaGrammar.from_json_schema(json.dumps(grammar_schema(schema)), verbose=False)
         return self._grammars[key]
 
     # ------------------------------------------------------------------ sampling

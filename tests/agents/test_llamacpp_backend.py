@@ -54,6 +54,53 @@ def test_a_json_schema_constrains_the_reply(policy: LlamaCppPolicy) -> None:
         assert list(obj) == ["verdict", "why"] and obj["verdict"] in ("PASS", "FAIL") and len(obj["why"]) <= 40
 
 
+def test_every_role_schema_decodes_without_crashing_the_process(tmp_path: Path) -> None:
+    """Session 24: the proposer's schema (a 4,000-character justification) made llama.cpp refuse its grammar,
+    and llama-cpp-python then killed `arena run --curriculum frontier` with SIGSEGV. Each role's schema is
+    decoded in a child process, so a crash fails this test instead of the suite."""
+    import subprocess
+    import sys
+
+    from agents.backends.llamacpp import GRAMMAR_MAX_LENGTH, grammar_schema
+    from agents.roles.proposer import ProposedTask
+    from agents.roles.rubric import ExplicitJudgement, ImplicitJudgement
+    from agents.roles.teacher import reflection_schema
+
+    schemas = {"proposer": ProposedTask.model_json_schema(), "judge": ExplicitJudgement.model_json_schema(),
+               "implicit": ImplicitJudgement.model_json_schema(),
+               "reflection": reflection_schema(["chain_sum-00001", "chain_sum-00002"], "chain_sum")}
+    assert ProposedTask.model_json_schema()["properties"]["justification"]["maxLength"] > GRAMMAR_MAX_LENGTH
+    for name, schema in schemas.items():
+        lengths = [v for k, v in _walk(grammar_schema(schema)) if k == "maxLength"]
+        assert all(v <= GRAMMAR_MAX_LENGTH for v in lengths), name
+    path = tmp_path / "schemas.json"
+    path.write_text(json.dumps(schemas))
+    code = (
+        "import json, sys\n"
+        "from agents.backends.llamacpp import LlamaCppPolicy\n"
+        "from agents.backends.model_files import smollm2_gguf_path\n"
+        "p = LlamaCppPolicy(smollm2_gguf_path(), n_ctx=1024, n_threads=1)\n"
+        f"for name, schema in json.load(open({str(path)!r})).items():\n"
+        "    out = p.sample([{'role': 'user', 'content': 'Write a new arithmetic task.'}], n=1, temperature=0.0,\n"
+        "                   max_tokens=24, json_schema=schema)[0]\n"
+        "    print(name, len(out.text), flush=True)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert [line.split()[0] for line in run.stdout.splitlines()] == list(schemas)
+
+
+def _walk(node: object):
+    """(key, value) of every dict entry in a JSON schema, depth first."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield k, v
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
 def test_seeded_samples_repeat_and_differ_across_seeds(policy: LlamaCppPolicy) -> None:
     a = [c.text for c in policy.sample(CHAT, n=3, temperature=1.0, max_tokens=16, seed=7)]
     b = [c.text for c in policy.sample(CHAT, n=3, temperature=1.0, max_tokens=16, seed=7)]
