@@ -400,14 +400,11 @@ def screen_reflection(
     def kept(op: AddOp | EditOp | MergeOp) -> tuple[AddOp | EditOp | MergeOp, str, bool]:
         """The op with its id label removed and its text cut back to complete sentences; the raw text of
         what is kept; and whether it stays cut off at the length limit (the model's raw text decides)."""
-        text0, raw0 = _without_id_label(op.text), _without_id_label(op.raw_text)
+        text0 = _without_id_label(op.text)
         text = complete_sentences(text0, op.raw_text)
         cut = _cut_off(op.raw_text) and text == text0.strip()  # at the limit and no complete sentence to keep
-        raw = raw0
-        if text != text0.strip():  # cut back: the raw text after its last complete sentence is gone
-            ends = [m.end() for m in _SENTENCE_END.finditer(raw0)]
-            raw = raw0[: ends[-1]] if ends else raw0
-        return op.model_copy(update={"text": text, "raw_text": raw}), raw, cut
+        raw = complete_sentences(_without_id_label(op.raw_text), op.raw_text)  # the raw text of what is kept
+        return op.model_copy(update={"text": text}), raw, cut
 
     adds = []
     for op in reflection.add:
