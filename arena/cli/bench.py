@@ -36,7 +36,7 @@ def bench_distill(
     quiet_libraries()
     from agents.policy import PolicyError
     from arena.bench.distill import BENCH_OBJECTIVES, BenchError, bench_distill_speed
-    from arena.distill.trainer import TrainingError
+    from arena.distill.errors import TrainingError
 
     objectives = [o.strip() for spec in objective for o in spec.split(",") if o.strip()] if objective else list(BENCH_OBJECTIVES)
     try:
@@ -158,7 +158,7 @@ def bench_learning(
     quiet_libraries()
     from agents.policy import PolicyError
     from arena.bench.learning import CONDITIONS, LearningBenchConfig, LearningBenchError, run_learning_bench
-    from arena.distill.trainer import TrainingError
+    from arena.distill.errors import TrainingError
     from arena.distill.weights import AdapterError
     from lessons.library.store import StoreError
 

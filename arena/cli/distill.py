@@ -58,7 +58,7 @@ def distill(
     from arena.distill.config import DistillConfig, TrainConfig, default_dropout
     from arena.distill.data import NoTrainingData
     from arena.distill.pipeline import DistillError, run_distill
-    from arena.distill.trainer import TrainingError
+    from arena.distill.errors import TrainingError
     from arena.distill.weights import AdapterError
     from arena.tasks.model import TaskError
     from lessons.library.store import LessonStore, StoreError

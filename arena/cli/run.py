@@ -92,7 +92,7 @@ def run(
     quiet_libraries()
     from agents.policy import PolicyError
     from arena.config import DEFAULT_FAMILY, ConfigError, SessionConfig, check_db, check_lease_ttl
-    from arena.distill.trainer import TrainingError
+    from arena.distill.errors import TrainingError
     from arena.tasks.model import TaskError
     from arena.tasks.sources import load_tasks
     from arena.session.lease import SessionLease

@@ -34,11 +34,8 @@ import torch.nn.functional as F
 from agents.backends.local import next_token_logits
 from arena.distill.config import TrainConfig
 from arena.distill.data import DistillExample, RLExample, importance_weights
+from arena.distill.errors import TrainingError  # noqa: F401 - raised here; its home is torch-free for the CLI
 from arena.distill.losses import guided_shaped_loss, kl_to_reference, ppo_clip_loss
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (non-finite loss, no example fits); one line for stderr."""
 
 
 @dataclass
