@@ -117,7 +117,7 @@ class SessionConfig(BaseModel):
     # self-play curriculum (arena.session.curriculum)
     curriculum: Literal["fixed", "frontier"] = "fixed"  # fixed: train difficulty never moves; frontier: band control per family
     target_pass: tuple[float, float] = (0.3, 0.7)  # band of train pass@1 per family and round that frontier keeps
-    proposer: str = "teacher"  # who writes proposed tasks: "teacher" (the teacher's policy), "local" or "openai:MODEL"
+    proposer: str = "teacher"  # who writes proposed tasks: "teacher" (the teacher's policy) or any teacher spec
     proposals: int | None = None  # proposed tasks per family per round; None: 2 with frontier, 0 with fixed
     proposal_samples: int = 4  # independent samples that confirm a proposal's answer where no verifier exists
     proposal_agreement: float = 0.75  # share of those samples that must agree with the proposed answer

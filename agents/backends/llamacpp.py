@@ -49,21 +49,37 @@ def grammar_schema(schema: object) -> object:
     return schema
 
 
+THREADS_PER_CPU_MAX = 4  # ARENA_TEACHER_THREADS above this many per usable CPU is refused (llama.cpp aborts on 100,000)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may use (its affinity mask on Linux, else ``os.cpu_count()``), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def default_threads() -> int:
-    """llama.cpp threads: ``ARENA_TEACHER_THREADS`` if set, else the CPUs this process may use."""
+    """llama.cpp threads: ``ARENA_TEACHER_THREADS`` if set, else the CPUs this process may use.
+
+    Raises:
+        PolicyError: ``ARENA_TEACHER_THREADS`` is not a whole number in [1, 4 × the usable CPUs]
+            (llama.cpp allocates per thread: a huge count ends the process with std::bad_alloc).
+    """
     env = os.environ.get("ARENA_TEACHER_THREADS")
+    cpus = usable_cpus()
     if env:
         try:
             n = int(env)
         except ValueError:
             raise PolicyError(f"ARENA_TEACHER_THREADS must be a whole number of threads, got {env!r}") from None
-        if n < 1:
-            raise PolicyError(f"ARENA_TEACHER_THREADS must be >= 1, got {n}")
+        top = THREADS_PER_CPU_MAX * cpus
+        if not 1 <= n <= top:
+            raise PolicyError(f"ARENA_TEACHER_THREADS must be in [1, {top}] ({THREADS_PER_CPU_MAX} per usable CPU, "
+                              f"{cpus} here), got {n}")
         return n
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    return cpus
 
 
 class LlamaCppPolicy:

@@ -16,7 +16,8 @@ order is the GGUF. :func:`embedded_teacher_path` assembles it once into the user
 - a missing part and a full disk are one line each (:class:`TeacherFilesError`).
 
 A file already in the cache is trusted when a sidecar ``<file>.sha256`` written after a verified
-assembly records its hash, size and modification time; anything else is re-checked.
+assembly records its hash, size and modification time, and the file still starts with a GGUF
+header; anything else is hashed again, and assembled again when the hash differs.
 """
 
 from __future__ import annotations
@@ -187,6 +188,19 @@ def _stamped(dest: Path, sha256: str, size: int) -> bool:
             and stamp.get("mtime_ns") == st.st_mtime_ns)
 
 
+def _trusted(dest: Path, sha256: str, size: int) -> bool:
+    """Stamped (:func:`_stamped`) and still starting with a GGUF header: a copy damaged under an unchanged
+    modification time (a new user overwrote its first bytes) is hashed again and replaced, not refused."""
+    if not _stamped(dest, sha256, size):
+        return False
+    try:
+        with dest.open("rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    return head[:4] == GGUF_MAGIC and struct.unpack("<I", head[4:8])[0] in (2, 3)
+
+
 def _write_stamp(dest: Path, sha256: str, size: int) -> None:
     """Record a verified file (best effort: without the record the next start hashes the file again)."""
     st = dest.stat()
@@ -233,7 +247,7 @@ def assemble(parts: Sequence[Path], dest: Path, sha256: str, size: int, what: st
     except OSError as e:
         raise TeacherFilesError(f"cannot create the model cache {dest.parent}: {e.strerror or e}") from None
     with _exclusive(dest.with_name(dest.name + ".lock")):
-        if _stamped(dest, sha256, size):
+        if _trusted(dest, sha256, size):
             return dest
         if dest.is_file() and dest.stat().st_size == size and _hash_file(dest) == sha256:
             check_gguf(dest)
@@ -288,6 +302,6 @@ def embedded_teacher_path(spec: SplitGGUF = QWEN_CODER_1_5B) -> Path:
         TeacherFilesError: a part is missing, the disk is full, or the hash does not match.
     """
     dest = cache_dir() / spec.filename
-    if _stamped(dest, spec.sha256, spec.size):
+    if _trusted(dest, spec.sha256, spec.size):
         return dest
     return assemble(part_paths(spec), dest, spec.sha256, spec.size, what=f"embedded teacher {spec.name}")

@@ -272,6 +272,32 @@ def wrong_sign(text: str, reference_answer: str | None) -> bool:
     return ("negative" in claims and value >= 0) or ("positive" in claims and value <= 0)
 
 
+PLAN_MIN_WORDS = 3  # a plan names at least this many words of two or more letters
+PLAN_MIN_LETTER_SHARE = 0.3  # and letters are at least this share of its non-space characters
+PLAN_MAX_BRACKET_SHARE = 0.05  # and braces or square brackets at most this share (JSON, nested lists)
+
+
+def not_prose(text: str) -> str | None:
+    """Why ``text`` is no plan in words (a reply of brackets, JSON or symbols), or None when it reads as prose.
+
+    An endpoint's reply is untrusted: a new user's fake server answered a plan request with
+    ``{"analysis": {"a": {"a": …`` 853 levels deep and with ``[[[[…``, and both were shown to the
+    solver as hints. A plan needs :data:`PLAN_MIN_WORDS` distinct words, letters for
+    :data:`PLAN_MIN_LETTER_SHARE` of its non-space characters and braces or square brackets for at
+    most :data:`PLAN_MAX_BRACKET_SHARE` of them: "Work out (3 + 4) * 2 first, then
+    subtract" passes, a plan may restate the task's arithmetic; "Compute (3 + 4) * 2 - 5" (one word) does not.
+    """
+    words = {w.lower() for w in re.findall(r"[^\W\d_]{2,}", text)}
+    dense = [c for c in text if not c.isspace()]
+    letters = sum(c.isalpha() for c in dense)
+    brackets = sum(c in "{}[]" for c in dense)
+    if (len(words) < PLAN_MIN_WORDS or letters < PLAN_MIN_LETTER_SHARE * len(dense)
+            or brackets > PLAN_MAX_BRACKET_SHARE * len(dense)):
+        return (f"is not a plan in words: {len(words)} distinct words, {letters} letters and {brackets} brackets "
+                f"of {len(dense)} characters")
+    return None
+
+
 def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[str] = (), task: str | None = None) -> str | None:
     """Why a plan cannot be shown to the solver, or None when it can.
 
@@ -283,7 +309,8 @@ def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[s
     or positive when it is not (:func:`wrong_sign`); states a number the task does not hold
     (:func:`foreign_numbers`: a worked-out result; checked when ``task`` is given); or repeats
     judge-only text (:func:`repeats_text`: a rubric task's free-text reference, a criterion title
-    the teacher read in a critique). A numbered list's markers ("1." "2.") are not numbers of the plan.
+    the teacher read in a critique); or is not prose (:func:`not_prose`: brackets, JSON, symbols, under
+    three words). A numbered list's markers ("1." "2.") are not numbers of the plan.
 
     Args:
         text: the plan.
@@ -318,7 +345,7 @@ def plan_problem(text: str, reference_answer: str | None, judge_only: Sequence[s
         return f"states a number the task does not hold: {', '.join(dict.fromkeys(extra))}"
     if any(repeats_text(text, t) for t in judge_only if t):
         return "repeats the judge's reference or rubric"
-    return None
+    return not_prose(text)
 
 
 _PLAN_REJECTED = re.compile(r"plan rejected \(([^():]*)")

@@ -68,7 +68,7 @@ def run(
     adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter of the local solver: an id (adapter-0001) or a directory; its distilled lessons leave the prompt.")] = None,
     curriculum: Annotated[str, typer.Option(help="Train difficulty: fixed, or frontier (move each family's difficulty to keep its train pass@1 in --target-pass).")] = "fixed",
     target_pass: Annotated[str, typer.Option(help="Target band LO:HI of train pass@1 per family and round (frontier).")] = "0.3:0.7",
-    proposer: Annotated[str, typer.Option(help="Who writes proposed tasks: teacher (its model), local or openai:MODEL.")] = "teacher",
+    proposer: Annotated[str, typer.Option(help="Who writes proposed tasks (--curriculum frontier): teacher (the teacher's model), qwen2.5-coder-1.5b (embedded), local, openai:MODEL or llamacpp:PATH.")] = "teacher",
     proposals: Annotated[Optional[int], typer.Option(help="Proposed tasks per family per round (frontier; default 2).")] = None,
     proposal_samples: Annotated[int, typer.Option(help="Independent samples that must confirm a proposal's answer where no verifier exists.")] = 4,
     proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,

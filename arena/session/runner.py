@@ -111,7 +111,8 @@ def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
 
     Raises:
         agents.policy.PolicyError: an endpoint is unreachable or a model does not exist
-            (checked here, before any work is done).
+            (checked here, before any work is done); a ``llamacpp:`` proposer is checked even
+            where no task is proposed.
     """
     cache: dict[tuple[str, Path | None, int], Policy] = {}
     if adapter is None and cfg.adapter:
@@ -123,11 +124,17 @@ def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
             cache[key] = make_policy(spec, lora, cfg.request_timeout_s, in_flight)
         return cache[key]
 
+    proposes = cfg.proposer != "teacher" and cfg.proposals_per_round > 0
+    if not proposes and cfg.proposer.startswith("llamacpp:"):
+        # named but unused (a fixed curriculum): still a file llama.cpp could load, as the unused --sleep-* flags are checked
+        from agents.backends.llamacpp import LlamaCppPolicy
+
+        LlamaCppPolicy(Path(cfg.proposer.split(":", 1)[1])).check()
     return Roles(
         solver=policy(cfg.solver, adapter, cfg.solver_in_flight),
         teacher=policy(cfg.teacher),
         critic=None if cfg.critic == "verifier" else policy(cfg.critic),
-        proposer=None if cfg.proposer == "teacher" or cfg.proposals_per_round == 0 else policy(cfg.proposer),
+        proposer=policy(cfg.proposer) if proposes else None,
     )
 
 

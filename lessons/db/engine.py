@@ -108,12 +108,15 @@ def check_database(url: str | os.PathLike[str]) -> None:
         check_sqlite_path(path)
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file (sqlite.org/fileformat.html)
+
+
 def check_sqlite_path(path: Path) -> None:
     """Check that SQLite can create/open ``path`` read-write (WAL included).
 
     Raises:
-        StoreError: the directory is missing or not writable, or the path is a directory
-            or a file that is not writable.
+        StoreError: the directory is missing or not writable, or the path is a directory, a file
+            that is not writable, or a non-empty file without SQLite's 16-byte header.
     """
 
     def fail(reason: str) -> None:
@@ -132,6 +135,10 @@ def check_sqlite_path(path: Path) -> None:
             fail("it is a directory")
         if not os.access(path, os.R_OK | os.W_OK):
             fail("file is not writable")
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+        if head and head != SQLITE_HEADER:  # an empty file is a new database to SQLite; anything else needs its header
+            fail("file is not a database")
 
 
 def install_sqlite_listeners(engine: Engine) -> None:

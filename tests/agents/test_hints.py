@@ -503,3 +503,23 @@ def test_a_plan_that_copies_the_worked_sign_step_onto_the_wrong_task_is_refused(
                         task="23 - 60 =") is None
     assert plan_problem("Both are positive numbers, so add them.", "57", task="43 + 14 =") is None  # not about the result
     assert plan_problem("The result is negative.", "-0.5", task="1 - 1.5 =") is None
+
+
+def test_a_plan_of_brackets_json_or_symbols_is_refused_and_regenerated():
+    """A new user's fake endpoint answered plan requests with nested JSON and ``[[[[…``, and both were shown to the
+    solver as plan hints: model output is untrusted, and a plan has to be words."""
+    nested = '{"analysis": ' * 40 + '"see the steps below"' + "}" * 40
+    for text in (nested, "[" * 300 + "]" * 300, "+-*/ = ?", "Add them"):
+        assert plan_problem(text, "57", task="What is 43 + 14?").startswith("is not a plan in words"), text
+    for text in ("Add tens first, then ones.", "Work out (3 + 4) * 2 first, then subtract",
+                 "1. Add the tens. 2. Add the ones. 3. Combine them."):
+        assert plan_problem(text, None) is None, text
+    replies = iter([nested, "[[[[]]]]", "Add tens first, then ones."])
+    t = FakePolicy(lambda m, i: next(replies))
+    failed = [FailedAttempt("<answer>50</answer>", "50", "answer '50' is incorrect")]
+    hint = write_hint(t, ("plan",), "What is 43 + 14?", failed, "57")
+    assert hint.text == "Add tens first, then ones." and len(t.calls) == 3
+    assert len(hint.rejected) == 2
+    assert hint.rejected[1] == ("plan rejected (is not a plan in words: 0 distinct words, 0 letters and 8 brackets of 8 "
+                                "characters): '[[[[]]]]'")
+    assert plan_rejection_reasons("; ".join(hint.rejected)) == ["is not a plan in words"] * 2

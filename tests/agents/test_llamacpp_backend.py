@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
-from agents.backends.llamacpp import LlamaCppPolicy, default_threads  # noqa: E402
+from agents.backends.llamacpp import LlamaCppPolicy, default_threads, usable_cpus  # noqa: E402
 from agents.backends.model_files import smollm2_gguf_path  # noqa: E402
 from agents.policy import EndpointFault, LogprobsUnavailable, PolicyError  # noqa: E402
 
@@ -142,3 +142,11 @@ def test_thread_count_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("ARENA_TEACHER_THREADS", "two")
     with pytest.raises(PolicyError, match="whole number"):
         default_threads()
+    top = 4 * usable_cpus()
+    monkeypatch.setenv("ARENA_TEACHER_THREADS", str(top))
+    assert default_threads() == top
+    # a new user's 100000 made llama.cpp abort (std::bad_alloc) at the first decode, mid-session
+    for bad in ("0", str(top + 1), "100000"):
+        monkeypatch.setenv("ARENA_TEACHER_THREADS", bad)
+        with pytest.raises(PolicyError, match=rf"must be in \[1, {top}\].*got {bad}$"):
+            default_threads()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import os
 import struct
 from pathlib import Path
 
@@ -72,6 +73,22 @@ def test_a_corrupt_cached_file_is_replaced(gguf_parts, tmp_path: Path) -> None:
     dest = tmp_path / "m.gguf"
     dest.write_bytes(b"X" * len(data))  # right size, wrong bytes, no sidecar
     assemble(parts, dest, hashlib.sha256(data).hexdigest(), len(data))
+    assert dest.read_bytes() == data
+
+
+def test_a_verified_file_whose_header_was_overwritten_under_the_same_mtime_is_assembled_again(gguf_parts, tmp_path: Path) -> None:
+    """A new user overwrote the cached teacher's first bytes and kept its mtime: the sidecar still matched, so the
+    run was refused ("not a GGUF file") with no word of what to do. The header is checked with the sidecar."""
+    parts, data = gguf_parts
+    dest = tmp_path / "cache" / "m.gguf"
+    sha = hashlib.sha256(data).hexdigest()
+    assemble(parts, dest, sha, len(data))
+    st = dest.stat()
+    with dest.open("r+b") as f:
+        f.write(b"XXXX")
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert dest.stat().st_mtime_ns == st.st_mtime_ns and dest.read_bytes()[:4] == b"XXXX"
+    assemble(parts, dest, sha, len(data))
     assert dest.read_bytes() == data
 
 

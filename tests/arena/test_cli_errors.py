@@ -89,8 +89,25 @@ def test_not_a_database(tmp_path):
     f = tmp_path / "junk.db"
     f.write_bytes(os.urandom(4096))
     before = f.read_bytes()
-    assert_one_line_error(arena("run", "--db", str(f)))
+    assert_one_line_error(arena("run", "--db", str(f)), "file is not a database")
     assert f.read_bytes() == before
+
+
+def test_a_text_file_as_database_is_refused_on_its_header_before_any_model_is_prepared(tmp_path):
+    """A new user's `echo x > text.db; arena run --db text.db` was refused only after the teacher was assembled and
+    the solver converted (78 s on a fresh cache): the file's first 16 bytes say it is no SQLite database."""
+    from lessons.db.engine import check_sqlite_path
+    from lessons.library.store import StoreError
+
+    f = tmp_path / "text.db"
+    f.write_text("x\n")
+    with pytest.raises(StoreError, match="file is not a database"):
+        check_sqlite_path(f)
+    cache = tmp_path / "cache"  # an empty cache: preparing any model would write into it
+    assert_one_line_error(arena("run", "--db", str(f), env={"ARENA_CACHE_DIR": str(cache)}), "file is not a database")
+    assert f.read_text() == "x\n" and not cache.exists()
+    f.write_bytes(b"")  # an empty file stays a new database, as SQLite takes it
+    check_sqlite_path(f)
 
 
 @pytest.mark.parametrize(
@@ -231,6 +248,15 @@ def test_a_teacher_gguf_that_is_not_one_is_refused_before_any_work(existing_db, 
     (tmp_path / "cut.gguf").write_bytes(real[: len(real) // 3])
     proc = arena("run", "--db", str(existing_db), "--teacher", f"llamacpp:{paths[target]}", "--heldout-tasks", "2")
     assert_one_line_error(proc, fragment)
+
+
+def test_a_proposer_gguf_that_is_not_one_is_refused_though_the_curriculum_is_fixed(existing_db, tmp_path):
+    """A new user's `arena run --proposer llamacpp:/etc/passwd` started a whole session: with the fixed curriculum
+    no task is proposed, so the proposer was never made, and its file never checked."""
+    (tmp_path / "notes.txt").write_text("hello")
+    proc = arena("run", "--db", str(existing_db), "--teacher", "local", "--proposer", f"llamacpp:{tmp_path / 'notes.txt'}",
+                 "--heldout-tasks", "2")
+    assert_one_line_error(proc, "is not a GGUF file")
 
 
 def test_a_cache_directory_that_cannot_be_made_is_one_line(existing_db, tmp_path):
