@@ -109,7 +109,7 @@ def check_gguf(path: Path) -> None:
     if path.is_dir():
         raise TeacherFilesError(f"{path} is a directory, not a GGUF file")
     if not path.is_file():
-        raise TeacherFilesError(f"{path} does not exist")
+        raise TeacherFilesError(f"{path} is not a regular file" if path.exists() else f"{path} does not exist")
     with path.open("rb") as f:
         head = f.read(8)
     if len(head) < 8 or head[:4] != GGUF_MAGIC:

@@ -192,23 +192,29 @@ _LIST_MARKER = re.compile(r"(?:^|(?<=\n)|(?<=[.!?:;)]\s))\s*(\d{1,2})[.)](?=\s+[
 _NUMBER = re.compile(r"(?<![\w.])[-−+]?\d+(?:\.\d+)?(?!\w|\.\d)")
 
 
+_STEP_MARKER = re.compile(r"(?:\*\*)?\b[Ss]tep\s+(\d{1,2})\s*[:.)](?:\*\*)?")
+
+
 def _without_list_markers(text: str) -> str:
-    """``text`` with the markers of a numbered list removed: "1." "2." … in order from 1, at least two of them.
+    """``text`` with the markers of a numbered list removed: "1." "2." … or "Step 1:" "Step 2:" … in order
+    from 1, at least two of them.
 
     A lone "1." is kept, and so is a number ending a sentence ("to get 3. Write it"): only a run
     1, 2, … each opening the text, a line or a sentence reads as a list.
     """
-    marks = list(_LIST_MARKER.finditer(text))
-    run = 0
-    while run < len(marks) and int(marks[run].group(1)) == run + 1:
-        run += 1
-    if run < 2:
-        return text
-    out, last = [], 0
-    for m in marks[:run]:
-        out.append(text[last:m.start()])
-        last = m.end()
-    return "".join(out) + text[last:]
+    for pattern in (_LIST_MARKER, _STEP_MARKER):
+        marks = list(pattern.finditer(text))
+        run = 0
+        while run < len(marks) and int(marks[run].group(1)) == run + 1:
+            run += 1
+        if run < 2:
+            continue
+        out, last = [], 0
+        for m in marks[:run]:
+            out.append(text[last:m.start()])
+            last = m.end()
+        text = "".join(out) + text[last:]
+    return text
 
 
 _UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
@@ -277,16 +283,23 @@ PLAN_MIN_LETTER_SHARE = 0.3  # and letters are at least this share of its non-sp
 PLAN_MAX_BRACKET_SHARE = 0.05  # and braces or square brackets at most this share (JSON, nested lists)
 
 
+# a link, a tag (<plan>, <|im_start|>), a code fence, or a run of 24+ characters with no space (base64, hex, a path)
+_NOT_PLAN_TEXT = re.compile(r"://|www\.|</?[A-Za-z|][^<>]{0,40}>|```|\S{24,}")
+
+
 def not_prose(text: str) -> str | None:
     """Why ``text`` is no plan in words (a reply of brackets, JSON or symbols), or None when it reads as prose.
 
     An endpoint's reply is untrusted: a new user's fake server answered a plan request with
     ``{"analysis": {"a": {"a": …`` 853 levels deep and with ``[[[[…``, and both were shown to the
-    solver as hints. A plan needs :data:`PLAN_MIN_WORDS` distinct words, letters for
+    solver as hints. A plan holds no link, tag, code fence or 24-character run without a space
+    (base64, a URL), and needs :data:`PLAN_MIN_WORDS` distinct words, letters for
     :data:`PLAN_MIN_LETTER_SHARE` of its non-space characters and braces or square brackets for at
     most :data:`PLAN_MAX_BRACKET_SHARE` of them: "Work out (3 + 4) * 2 first, then
     subtract" passes, a plan may restate the task's arithmetic; "Compute (3 + 4) * 2 - 5" (one word) does not.
     """
+    if _NOT_PLAN_TEXT.search(text):
+        return "is not a plan in words: a link, markup, code or an encoded blob"
     words = {w.lower() for w in re.findall(r"[^\W\d_]{2,}", text)}
     dense = [c for c in text if not c.isspace()]
     letters = sum(c.isalpha() for c in dense)

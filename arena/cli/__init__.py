@@ -19,7 +19,7 @@ import sys
 import typer
 
 from arena.cli import adapters, bench, critic, distill, export, lessons, report, run, tui
-from arena.cli.support import EXIT_INTERRUPTED, EXIT_USER_ERROR, exit_now
+from arena.cli.support import EXIT_INTERRUPTED, EXIT_STORE_FAULT, EXIT_USER_ERROR, exit_now
 
 app = typer.Typer(
     name="arena",
@@ -103,4 +103,14 @@ def main() -> None:
 
             print(redact_command_line(f"arena: error: {' '.join(text.split())}{cmd}", sys.argv[1:]), file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
+    except Exception as e:  # a database fault no command caught (a damaged file read by `arena report`): one line
+        from lessons.db.faults import classify, is_damaged_file
+
+        fault = classify(e)
+        if fault is None:
+            raise
+        damaged = is_damaged_file(fault)
+        print(f"arena: error: {fault}" + ("; the database file is damaged: restore it from a copy" if damaged else ""),
+              file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR if damaged else EXIT_STORE_FAULT)
 

@@ -96,7 +96,7 @@ def run(
     from arena.tasks.model import TaskError
     from arena.tasks.sources import load_tasks
     from arena.session.lease import SessionLease
-    from lessons.db.faults import StoreFault, classify
+    from lessons.db.faults import StoreFault, classify, is_damaged_file
     from lessons.library.store import LessonStore, StoreError, check_database
 
     console = Console(stderr=True)
@@ -191,6 +191,8 @@ def run(
         with contextlib.redirect_stdout(sys.stderr):
             summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console, lease=lease)
     except StoreFault as e:  # a full disk, a read-only file, a server gone for good: nothing committed is lost
+        if is_damaged_file(e):  # a resume would read the same damaged pages
+            raise fail(f"{e}: the database file {db} is damaged; restore it from a copy (nothing more was written)") from None
         raise fail(f"{e}; nothing committed was lost; fix it and continue with: arena run --db {db} --resume {name}",
                    EXIT_STORE_FAULT) from None
     except ValidationError as e:
@@ -214,6 +216,8 @@ def run(
         fault = classify(e)
         if fault is None:
             raise
+        if is_damaged_file(fault):
+            raise fail(f"{fault}: the database file {db} is damaged; restore it from a copy (nothing more was written)") from None
         raise fail(f"{fault}; nothing committed was lost; fix it and run again", EXIT_STORE_FAULT) from None
     finally:
         if lease is not None:

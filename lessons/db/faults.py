@@ -58,6 +58,15 @@ class StoreFault(StoreError):
         super().__init__(f"{kind} ({library}): {reason}")
 
 
+DAMAGED_FILE_REASONS = ("database disk image is malformed", "file is not a database")  # sqlite3 messages of a damaged file
+
+
+def is_damaged_file(fault: StoreFault) -> bool:
+    """Whether ``fault`` says the SQLite file itself is damaged (SQLITE_CORRUPT, SQLITE_NOTADB): bad input to
+    refuse, not a fault to resume past (a resume reads the same damaged pages)."""
+    return fault.library == "sqlite3" and any(r in fault.reason for r in DAMAGED_FILE_REASONS)
+
+
 def _one_line(x: object) -> str:
     return redact_credentials(" ".join(str(x).split()))
 

@@ -141,6 +141,8 @@ def test_check_gguf_refuses_directories_other_files_and_truncation(tmp_path: Pat
         check_gguf(tmp_path / "a.txt")
     with pytest.raises(TeacherFilesError, match="does not exist"):
         check_gguf(tmp_path / "missing.gguf")
+    with pytest.raises(TeacherFilesError, match="/dev/null is not a regular file"):  # it exists: "does not exist" misled
+        check_gguf(Path("/dev/null"))
     from agents.backends.model_files import smollm2_gguf_path
 
     real = smollm2_gguf_path().read_bytes()

@@ -324,3 +324,24 @@ def test_lease_ttl_out_of_range_is_one_line_and_touches_no_file(ttl, tmp_path):
 ])
 def test_a_usage_error_points_at_the_help_of_the_command_it_is_about(args, help_of):
     assert_one_line_error(arena(*args), f"(see `{help_of} --help`)")
+
+
+def test_a_damaged_database_with_a_valid_header_is_one_line_exit_2_and_not_resumed(tmp_path):
+    """A new user's library with 8 KiB overwritten mid-file: `arena report` printed an 82-line traceback, `arena run`
+    exited 3 telling them to resume a session that never existed. A damaged file is bad input, and stays as it was."""
+    path = tmp_path / "arena.db"
+    store = LessonStore(str(path))
+    store.create_session("kept", {"note": "x"}, 7)
+    store.close()
+    with sqlite3.connect(path) as c:
+        c.execute("pragma wal_checkpoint(truncate)")
+        root = c.execute("select rootpage from sqlite_master where name = 'sessions'").fetchone()[0]
+        page = c.execute("pragma page_size").fetchone()[0]
+    data = bytearray(path.read_bytes())
+    data[(root - 1) * page:root * page] = b"Z" * page  # the sessions table's page; the header and the schema are whole
+    path.write_bytes(bytes(data))
+    assert_one_line_error(arena("report", "--db", str(path)), "database disk image is malformed", "restore it from a copy")
+    proc = arena("run", "--db", str(path), "--teacher", "local", "--heldout-tasks", "2")
+    assert_one_line_error(proc, "is damaged; restore it from a copy")
+    assert "--resume" not in proc.stderr
+    assert path.read_bytes() == bytes(data)
