@@ -58,7 +58,7 @@ class StoreFault(StoreError):
         super().__init__(f"{kind} ({library}): {reason}")
 
 
-DAMAGED_FILE_REASONS = ("database disk image is malformed", "file is not a database")  # sqlite3 messages of a damaged file
+DAMAGED_FILE_REASONS = tuple(SQLITE_PERSISTENT_CODES[c] for c in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB))
 
 
 def is_damaged_file(fault: StoreFault) -> bool:
