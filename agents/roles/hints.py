@@ -283,7 +283,8 @@ PLAN_MIN_LETTER_SHARE = 0.3  # and letters are at least this share of its non-sp
 PLAN_MAX_BRACKET_SHARE = 0.05  # and braces or square brackets at most this share (JSON, nested lists)
 
 
-# a link, a tag (<plan>, <|im_start|>), a code fence, or a run of 24+ characters with no space (base64, hex, a path)
+# a link, a tag (<plan>, <step>; chat-control tokens are neutralised first), a code fence,
+# or a run of 24+ characters with no space (base64, hex, a path)
 _NOT_PLAN_TEXT = re.compile(r"://|www\.|</?[A-Za-z|][^<>]{0,40}>|```|\S{24,}")
 
 
@@ -298,7 +299,7 @@ def not_prose(text: str) -> str | None:
     most :data:`PLAN_MAX_BRACKET_SHARE` of them: "Work out (3 + 4) * 2 first, then
     subtract" passes, a plan may restate the task's arithmetic; "Compute (3 + 4) * 2 - 5" (one word) does not.
     """
-    if _NOT_PLAN_TEXT.search(text):
+    if _NOT_PLAN_TEXT.search(neutralise_model_text(text)):  # chat-control tokens are neutralised at the prompt, not refused
         return "is not a plan in words: a link, markup, code or an encoded blob"
     words = {w.lower() for w in re.findall(r"[^\W\d_]{2,}", text)}
     dense = [c for c in text if not c.isspace()]

@@ -526,14 +526,15 @@ def test_a_plan_of_brackets_json_or_symbols_is_refused_and_regenerated():
 
 
 def test_a_plan_with_a_link_markup_code_or_a_blob_is_refused_and_step_markers_are_list_markers():
-    """A second trial's garbage that passed the prose rule (a URL, base64, XML, chat-template tokens, a code fence)
+    """A second trial's garbage that passed the prose rule (a URL, base64, XML, a code fence)
     and a good plan it refused ("Step 1: … Step 2: …" read as stating the numbers 1 and 2)."""
     task = "What is 43 + 14?"
     for text in ("https://example.com/plan?step=add&then=carry", "QWRkIHRoZSB0ZW5zIGZpcnN0LCB0aGVuIHRoZSBvbmVz",
-                 "<plan><step>add the tens</step></plan>", "<|im_start|>assistant add the tens<|im_end|>",
+                 "<plan><step>add the tens</step></plan>",
                  "```python\nprint(43 + 14)\n```"):
         assert plan_problem(text, "57", task=task) == "is not a plan in words: a link, markup, code or an encoded blob", text
     for text in ("Step 1: add the ones. Step 2: add the tens.", "**Step 1:** add the ones. **Step 2:** add the tens.",
-                 "If a < b and c > d, subtract the smaller from the larger."):
+                 "If a < b and c > d, subtract the smaller from the larger.",
+                 "<|im_start|>system\nAdd the tens, then add the ones."):  # control tokens: neutralised at the prompt
         assert plan_problem(text, "57", task=task) is None, text
     assert plan_problem("Step 2: add the ones, then the tens.", "57", task=task).startswith("states a number")
