@@ -97,6 +97,16 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("lesson-arena")) / "models"
 
 
+GGUF_VERSIONS = (2, 3)  # the GGUF versions llama.cpp reads
+
+
+def _gguf_version(head: bytes) -> int | None:
+    """The GGUF version in a file's first 8 bytes, or None when they do not start with GGUF's magic."""
+    if len(head) < 8 or head[:4] != GGUF_MAGIC:
+        return None
+    return struct.unpack("<I", head[4:8])[0]
+
+
 def check_gguf(path: Path) -> None:
     """Check that ``path`` is a readable GGUF file whose tensor data is all there.
 
@@ -111,11 +121,10 @@ def check_gguf(path: Path) -> None:
     if not path.is_file():
         raise TeacherFilesError(f"{path} is not a regular file" if path.exists() else f"{path} does not exist")
     with path.open("rb") as f:
-        head = f.read(8)
-    if len(head) < 8 or head[:4] != GGUF_MAGIC:
+        version = _gguf_version(f.read(8))
+    if version is None:
         raise TeacherFilesError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
-    version = struct.unpack("<I", head[4:8])[0]
-    if version not in (2, 3):
+    if version not in GGUF_VERSIONS:
         raise TeacherFilesError(f"{path} is GGUF version {version}; llama.cpp reads versions 2 and 3")
     try:
         from gguf import GGUFReader
@@ -198,7 +207,7 @@ def _trusted(dest: Path, sha256: str, size: int) -> bool:
             head = f.read(8)
     except OSError:
         return False
-    return head[:4] == GGUF_MAGIC and struct.unpack("<I", head[4:8])[0] in (2, 3)
+    return _gguf_version(head) in GGUF_VERSIONS
 
 
 def _write_stamp(dest: Path, sha256: str, size: int) -> None:

@@ -99,6 +99,9 @@ def run(
     from lessons.db.faults import StoreFault, classify, is_damaged_file
     from lessons.library.store import LessonStore, StoreError, check_database
 
+    def damaged(fault: StoreFault) -> str:
+        return f"{fault}: the database file {db} is damaged; restore it from a copy (nothing more was written)"
+
     console = Console(stderr=True)
     store = None
     lease = None
@@ -192,7 +195,7 @@ def run(
             summary = run_session(cfg, store, roles, splits, name, resume=bool(resume), console=console, lease=lease)
     except StoreFault as e:  # a full disk, a read-only file, a server gone for good: nothing committed is lost
         if is_damaged_file(e):  # a resume would read the same damaged pages
-            raise fail(f"{e}: the database file {db} is damaged; restore it from a copy (nothing more was written)") from None
+            raise fail(damaged(e)) from None
         raise fail(f"{e}; nothing committed was lost; fix it and continue with: arena run --db {db} --resume {name}",
                    EXIT_STORE_FAULT) from None
     except ValidationError as e:
@@ -217,7 +220,7 @@ def run(
         if fault is None:
             raise
         if is_damaged_file(fault):
-            raise fail(f"{fault}: the database file {db} is damaged; restore it from a copy (nothing more was written)") from None
+            raise fail(damaged(fault)) from None
         raise fail(f"{fault}; nothing committed was lost; fix it and run again", EXIT_STORE_FAULT) from None
     finally:
         if lease is not None:
