@@ -2,7 +2,7 @@
 
 Every backend class declares ``capabilities: frozenset[Capability]``; callers ask
 :func:`has_capability` (or check a requirement with :func:`missing_capabilities`) instead of
-looking for attributes. A training objective (:mod:`arena.distill.objectives`) names the
+looking for attributes. A training objective (:mod:`arena.objectives`) names the
 capabilities it needs from the solver, and the config is refused before any model loads when the
 solver's backend lacks one ("objective `grpo` needs a solver that scores: `openai:` cannot").
 

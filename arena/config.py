@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents.backends.teacher_files import EMBEDDED_TEACHER  # stdlib only: no model is imported here
+from arena.objectives import get_objective, objective_names, specs  # the objective registry: no torch either
 from lessons.library.records import DEFAULT_LEASE_TTL_S
 
 # chain_sum with 2 terms of 1–2 digits: the embedded 135M model's pass@8 is well above 0 here
@@ -23,7 +24,6 @@ DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
 # and the highest sampled pass@1 at both seeds.
 DEFAULT_SLEEP_OBJECTIVE = "distill"
 AUTO_SLEEP_MIN_EPISODES = 32  # `--sleep-objective auto` sleeps only after a wake of at least this many episodes
-SLEEP_OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd")  # arena.distill.config.OBJECTIVES (no torch import here)
 
 # A role's model: the embedded 135M model in torch (local), an OpenAI-compatible endpoint (openai:MODEL), a GGUF run
 # in process by llama.cpp (llamacpp:PATH), or the embedded 1.5B teacher (generation-only roles).
@@ -271,8 +271,8 @@ class SessionConfig(BaseModel):
     def _check_cycles(self) -> None:
         if not 1 <= self.cycles <= 100:
             raise ValueError(f"--cycles must be in [1, 100] wake–sleep cycles, got {self.cycles}")
-        if self.sleep_objective is not None and self.sleep_objective not in SLEEP_OBJECTIVES:
-            raise ValueError(f"--sleep-objective must be one of {', '.join(SLEEP_OBJECTIVES)}, got {self.sleep_objective!r}")
+        if self.sleep_objective is not None and self.sleep_objective not in objective_names():
+            raise ValueError(f"--sleep-objective must be one of {', '.join(objective_names())}, got {self.sleep_objective!r}")
         if not math.isfinite(self.sleep_epochs) or not 0 < self.sleep_epochs <= 1000:
             raise ValueError(f"--sleep-epochs must be in (0, 1000], got {self.sleep_epochs}")
         if self.sleep_steps < 0:
@@ -285,9 +285,9 @@ class SessionConfig(BaseModel):
             raise ValueError(f"--sleep-min-guided-log-ratio must be <= 0 nats per token, got {self.sleep_min_guided_log_ratio}")
         if not (math.isfinite(self.sleep_kl_coef) and self.sleep_kl_coef >= 0.0):
             raise ValueError(f"--sleep-kl-coef must be a finite number >= 0, got {self.sleep_kl_coef}")
-        if self.sleep_kl_coef > 0 and self.sleep not in ("grpo", "guide-grpo"):
-            raise ValueError(f"--sleep-kl-coef applies to the sleep objectives grpo and guide-grpo, not {self.sleep}; "
-                             "drop it or pass --sleep-objective grpo")
+        if self.sleep_kl_coef > 0 and (self.sleep is None or not get_objective(self.sleep).policy_gradient):
+            raise ValueError(f"--sleep-kl-coef applies to the sleep objectives {' and '.join(objective_names('policy-gradient'))}, "
+                             f"not {self.sleep}; drop it or pass --sleep-objective grpo")
         if self.sleep is None:
             if self.sleep_from == "previous":
                 raise ValueError("--sleep-from previous needs a sleep: pass --sleep-objective OBJ or --cycles 2 or more")
@@ -295,9 +295,10 @@ class SessionConfig(BaseModel):
         if self.solver != "local":
             raise ValueError(f"a sleep trains the solver's weights, which needs the local solver (got --solver {self.solver}); "
                              "pass --solver local or --cycles 1 without --sleep-objective")
-        if self.reward != "verifier" and self.sleep != "opcd":
+        if self.reward != "verifier" and get_objective(self.sleep).reads_rewards:
+            free = [s.name for s in specs() if not s.reads_rewards]
             raise ValueError(f"a {self.sleep} sleep trains on verifier rewards; a --reward {self.reward} session can sleep "
-                             "only with --sleep-objective opcd (it reads no reward)")
+                             f"only with --sleep-objective {' or '.join(free)} (it reads no reward)")
         if self.sleep_from == "previous" and self.cycles == 1 and self.adapter is None:
             raise ValueError("--sleep-from previous needs a previous adapter: pass --adapter ID, or --cycles 2 or more")
 
@@ -334,19 +335,19 @@ class SessionConfig(BaseModel):
 
         A cycle samples ``n_train × rounds × rollouts`` unguided rollouts (plus guided ones for
         all-fail groups, which may be screened out); if even that is below
-        ``sleep_min_examples`` no sleep can ever train. An ``opcd`` sleep has one example per
-        episode (its student samples the completions itself): ``n_train × rounds``.
+        ``sleep_min_examples`` no sleep can ever train. An objective with one example per episode
+        (``opcd``: its student samples the completions itself) has ``n_train × rounds``.
 
         Raises:
             ConfigError: saying how many rollouts a cycle has and how many examples a sleep needs.
         """
         if self.sleep is None:
             return
-        if self.sleep == "opcd":
+        if get_objective(self.sleep).examples_per == "episode":
             episodes = n_train * self.rounds
             if episodes < self.sleep_min_examples:
                 raise ConfigError(
-                    f"an opcd sleep trains on one example per episode and a cycle has {episodes} ({n_train} train tasks "
+                    f"an {self.sleep} sleep trains on one example per episode and a cycle has {episodes} ({n_train} train tasks "
                     f"x {self.rounds} rounds), fewer than the {self.sleep_min_examples} a sleep needs; raise "
                     "--train-tasks or --rounds, or lower --sleep-min-examples"
                 )

@@ -57,8 +57,9 @@ def task_gaps(model: Any, pairs: list[tuple[list[int], list[int], list[int]]], p
     import torch
 
     from arena.distill.losses import reverse_kl
-    from arena.distill.opcd import as_example
-    from arena.distill.trainer import collate, completion_logits
+    from arena.distill.objectives.base import collate
+    from arena.distill.objectives.opcd import as_example
+    from arena.distill.trainer import completion_logits
 
     out: list[float] = []
     for i in range(0, len(pairs), batch):
@@ -129,7 +130,7 @@ def main(argv: list[str]) -> int:
         resolve_adapter,
         session_heldout,
     )
-    from arena.distill.trainer import prompt_ids
+    from arena.distill.objectives.base import prompt_ids
     from arena.distill.weights import AdapterError
     from arena.episode.prompt import retrieve_for_task
     from lessons.library.store import LessonStore, StoreError

@@ -29,5 +29,9 @@ RETRIEVABLE_STATUSES = ("candidate", "active", "distilled")
 HINT_MODES = ("plan", "feedback", "answer")
 GRADING_STATUSES = ("graded", "ungraded")  # rollouts.grading_status; NULL (older rows) means graded
 RUBRIC_SOURCES = ("task", "online")  # where a rubric version / criterion came from
-ADAPTER_OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd", "imported")  # imported: trained elsewhere (arena adapters import)
+# adapters.objective: a training objective of arena's registry (arena/objectives.py: distill, sft, …, names of lower-case
+# words and hyphens), or "imported" (trained elsewhere: arena adapters import). The library checks the form only; the
+# registry, above this layer, is what names an objective.
+IMPORTED_OBJECTIVE = "imported"
+ADAPTER_OBJECTIVE_MAX_LEN = 30  # the column's width (lessons.db.schema.AdapterRow.objective)
 ADAPTER_LESSON_RELATIONS = ("in_context", "distilled")

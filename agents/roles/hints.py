@@ -517,7 +517,7 @@ def hint_parts(mode: str | None, text: str, keep: Collection[str]) -> str:
     Context distillation keeps only the parts that carry over to other tasks: a hint's
     ``answer`` part makes the teacher an oracle for its one task, and its ``feedback`` part
     names that task's wrong answers, which no prompt without the hint can know
-    (:func:`arena.distill.opcd.build_opcd_dataset`).
+    (:func:`arena.distill.objectives.opcd.build_opcd_dataset`).
 
     Args:
         mode: the stored hint's modes joined by ``+`` (``hints.mode``, e.g. ``"plan+feedback"``);

@@ -2,10 +2,10 @@
 
 Pairs (ours → TRL's baseline):
 
-- ``sft`` (:func:`arena.distill.trainer.train`) → ``SFTTrainer``: worked reference answers to
+- ``sft`` (:func:`arena.distill.trainer.fit` with objective ``sft``) → ``SFTTrainer``: worked reference answers to
   chain_sum questions, loss on the completion only (TRL gets ``input_ids`` + ``labels`` with
   -100 on prompt tokens).
-- ``grpo`` / ``guide-grpo`` (:func:`arena.distill.trainer.train_rl`) → ``GRPOTrainer``: groups of
+- ``grpo`` / ``guide-grpo`` (:func:`arena.distill.trainer.fit` with that objective) → ``GRPOTrainer``: groups of
   ``group_size`` completions per question (right and wrong worked answers, rewards 1 / 0, so
   every group carries signal), π_old scored by the base model at the sampling temperature. TRL
   gets the very same token ids, log-probs and rewards through its ``rollout_func`` (no
@@ -43,11 +43,14 @@ from typing import Any
 
 import torch
 
+from arena.objectives import get_objective, specs
+
 # Dense bf16 peak TFLOP/s by device-name fragment (vendor datasheets, no sparsity).
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0, "4090": 165.0}
 
-BENCH_OBJECTIVES: tuple[str, ...] = ("sft", "grpo", "guide-grpo")
-TRL_BASELINE = {"sft": "SFTTrainer", "grpo": "GRPOTrainer", "guide-grpo": "GRPOTrainer"}
+# The objectives with a TRL trainer to compare with (their registry spec's trl_baseline)
+TRL_BASELINE: dict[str, str] = {s.name: s.trl_baseline for s in specs() if s.trl_baseline is not None}
+BENCH_OBJECTIVES: tuple[str, ...] = tuple(TRL_BASELINE)
 SAMPLING_TEMPERATURE = 0.8  # `arena run`'s default: π_old and π_θ are both scored at it
 GUIDE_HINT = "Add the terms one at a time, from left to right, and keep the sign of each."
 
@@ -152,7 +155,7 @@ def bench_distill_speed(
         raise BenchError(f"--objective {unknown[0]!r} has no trainer to compare with; choose from {', '.join(BENCH_OBJECTIVES)}")
     if not objectives:
         raise BenchError(f"--objective: name at least one of {', '.join(BENCH_OBJECTIVES)}")
-    rl = [o for o in objectives if o != "sft"]
+    rl = [o for o in objectives if get_objective(o).policy_gradient]
     if rl and group_size < 2:
         raise BenchError(f"--group-size must be >= 2 for a group-relative advantage, got {group_size}")
     if rl and batch_size % group_size:
@@ -180,7 +183,7 @@ def bench_distill_speed(
     probe = fresh()
     n_params = sum(p.numel() for p in probe.model.parameters())
     dtype = str(next(probe.model.parameters()).dtype).replace("torch.", "")
-    data = {o: _sft_data(probe, steps * batch_size) if o == "sft" else
+    data = {o: _sft_data(probe, steps * batch_size) if not get_objective(o).policy_gradient else
             _rl_data(probe, steps * batch_size // group_size, group_size, guided=o == "guide-grpo") for o in objectives}
     del probe
     gc.collect()
@@ -194,7 +197,7 @@ def bench_distill_speed(
         gc.collect()
         rows[objective] = {
             "baseline": f"TRL {TRL_BASELINE[objective]}",
-            "examples": len(data[objective].examples if objective != "sft" else data[objective]),
+            "examples": len(data[objective].examples if get_objective(objective).policy_gradient else data[objective]),
             "ours": ours,
             "trl": theirs,
             "ratio": round(ours["tokens_per_s"] / theirs["tokens_per_s"], 3) if theirs else None,
@@ -256,12 +259,10 @@ def _rl_data(policy: Any, n_groups: int, size: int, guided: bool) -> _RLData:
 
 
 def _run_ours(policy: Any, objective: str, data: Any, cfg: Any) -> dict[str, Any]:
-    from arena.distill.trainer import train, train_rl
+    from arena.distill.trainer import fit
 
-    if objective == "sft":
-        _, res = train(policy.model, policy.tokenizer, data, cfg, eos_id=policy.eos_token_id)
-    else:
-        _, res = train_rl(policy.model, policy.tokenizer, data.examples, cfg, eos_id=policy.eos_token_id)
+    examples = data.examples if get_objective(objective).policy_gradient else data
+    _, res = fit(policy.model, policy.tokenizer, examples, cfg, objective, eos_id=policy.eos_token_id)
     return {"tokens_per_s": round(res.tokens_per_s, 1), "s_per_step": round(res.wall_s / res.steps, 4),
             "tokens": res.tokens, "final_loss": round(res.final_loss, 4)}
 
@@ -304,12 +305,13 @@ def _common_args(cfg: Any, out: str, cuda: bool) -> dict[str, Any]:
 
 def _run_trl(policy: Any, objective: str, data: Any, cfg: Any, group_size: int) -> dict[str, Any]:
     """One pass of TRL's trainer for ``objective`` over the same tokenised data; tokens/s over its training loop."""
-    from arena.distill.trainer import encode_examples, encode_rl, lora_config
+    from arena.distill.objectives.policy_gradient import encode_rl
+    from arena.distill.trainer import encode_examples, lora_config
 
     cuda = str(next(policy.model.parameters()).device).startswith("cuda")
     clock = _clock()
     with tempfile.TemporaryDirectory() as out:
-        if objective == "sft":
+        if not get_objective(objective).policy_gradient:
             from datasets import Dataset
             from trl import SFTConfig, SFTTrainer
 

@@ -13,7 +13,7 @@ Every condition runs on the same train tasks, seeds and held-out tasks, each in 
   trained under the unguided context with the shaped importance ratio; no lessons;
 - ``opcd``: on-policy context distillation: the wake writes lessons and hints, the sleep trains the
   adapter, sampling without them, toward the base model with the active lessons (and hints' plan
-  parts) in context (reverse KL; :func:`arena.distill.opcd.build_opcd_dataset`);
+  parts) in context (reverse KL; :func:`arena.distill.objectives.opcd.build_opcd_dataset`);
   the three on-policy objectives continue the previous cycle's adapter (``--sleep-from previous``);
 - ``loop``: the full loop — lessons (utility-gated), hints, cycles, the default sleep objective;
   ``loop`` against ``distill`` is what lessons add on top of the weights;
@@ -423,7 +423,7 @@ def _oracle(bcfg: LearningBenchConfig, splits: Any, heldout: list[Any], k_tasks:
     from agents.backends.local import LocalPolicy, default_device, training_dtype
     from agents.roles.solver import solver_messages
     from arena.distill.config import TrainConfig
-    from arena.distill.trainer import train
+    from arena.distill.trainer import fit
     from arena.evaluation import evaluate_heldout
     from arena.stats import paired_comparison
     from lessons.library.store import LessonStore
@@ -432,7 +432,7 @@ def _oracle(bcfg: LearningBenchConfig, splits: Any, heldout: list[Any], k_tasks:
     policy.load()
     examples = oracle_examples(splits.train, policy.encode)
     cfg = TrainConfig(max_steps=bcfg.sleep_steps, lr=bcfg.sleep_lr, seed=bcfg.seed)
-    model, res = train(policy.model, policy.tokenizer, examples, cfg, eos_id=policy.eos_token_id)
+    model, res = fit(policy.model, policy.tokenizer, examples, cfg, "sft", eos_id=policy.eos_token_id)  # weight 1 everywhere
     adapter_dir = out / "oracle-adapter"
     model.save_pretrained(str(adapter_dir))
     del model, policy

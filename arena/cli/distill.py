@@ -15,6 +15,7 @@ from rich.table import Table
 
 from arena.cli.critic import critic_calibrate
 from arena.cli.support import EXIT_INTERRUPTED, config_error, fail, fmt_rate, quiet_libraries, require_db_file
+from arena.objectives import choices_help
 
 
 def _print_eval_table(title: str, evals: dict, console: Console) -> None:
@@ -32,7 +33,7 @@ def _print_eval_table(title: str, evals: dict, console: Console) -> None:
 def distill(
     db: Annotated[str, typer.Option(help="Lesson library: SQLite path or SQLAlchemy URL.")] = "arena.db",
     session: Annotated[Optional[str], typer.Option(help="Session whose train rollouts are the data (default: the newest with rollouts).")] = None,
-    objective: Annotated[str, typer.Option(help="distill (lessons-free context distillation + importance-weighted guided successes), sft (rejection-sampling SFT on unguided successes), guided-unweighted (ablation), grpo (group-relative policy gradient on every unguided rollout) guide-grpo (grpo plus the guided groups, Guide's shaped ratio) or opcd (on-policy context distillation: the adapter, sampling without lessons or hint, trained toward the base model with them by reverse KL).")] = "distill",
+    objective: Annotated[str, typer.Option(help=f"The training objective: {choices_help()}.")] = "distill",
     out: Annotated[Optional[Path], typer.Option(help="Adapter directory (default: adapters/<adapter id> beside the database).")] = None,
     base_model: Annotated[Optional[Path], typer.Option(help="A transformers checkpoint directory (default: the embedded SmolLM2-135M-Instruct).")] = None,
     success_threshold: Annotated[float, typer.Option(help="Reward at which a rollout is training data.")] = 1.0,

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from arena.config import RUN_UTILITY_EVERY, RUN_UTILITY_SAMPLES, RUN_UTILITY_TASKS
+from arena.objectives import objective_names
 from arena.cli.support import EXIT_INTERRUPTED, EXIT_STORE_FAULT, config_error, fail, fmt_rate, quiet_libraries, stop_on_sigterm
 
 
@@ -77,7 +78,7 @@ def run(
     reflect_on: Annotated[str, typer.Option(help="Groups the teacher reflects on: mixed (successes and failures: a contrast to learn from) or all.")] = "mixed",
     reflections_per_round: Annotated[int, typer.Option(help="The teacher's budget: reflections per round, spent in task order; 0: no limit.")] = 4,
     cycles: Annotated[int, typer.Option(help="Wake–sleep cycles: --rounds rounds of episodes, then a sleep (distillation into a LoRA the next cycle samples with).")] = 1,
-    sleep_objective: Annotated[str, typer.Option(help="arena distill objective of each sleep: distill, sft, guided-unweighted, grpo, guide-grpo or opcd; none: no sleep; auto: distill where a sleep can run and has enough to learn from (local solver, verifier reward, a wake of at least 32 episodes and --sleep-min-examples rollouts), else none.")] = "auto",
+    sleep_objective: Annotated[str, typer.Option(help=f"arena distill objective of each sleep: {', '.join(objective_names())}; none: no sleep; auto: distill where a sleep can run and has enough to learn from (local solver, verifier reward, a wake of at least 32 episodes and --sleep-min-examples rollouts), else none.")] = "auto",
     sleep_from: Annotated[str, typer.Option(help="base: each sleep trains a fresh LoRA on every cycle's successes so far (STaR); previous: continue the last adapter on this cycle's.")] = "base",
     sleep_epochs: Annotated[float, typer.Option(help="Passes over a sleep's examples (when --sleep-steps is 0).")] = 4.0,
     sleep_steps: Annotated[int, typer.Option(help="Optimizer steps per sleep, batch 8 (measured on the default run's wakes, bench/RESULTS.md; 0: from --sleep-epochs).")] = 28,
@@ -136,10 +137,8 @@ def run(
             lease.acquire(info.id)  # before any work: a second owner is refused here, having written nothing
             name = resume
         else:
-            from arena.config import SLEEP_OBJECTIVES
-
-            if sleep_objective not in (*SLEEP_OBJECTIVES, "auto", "none"):
-                raise ConfigError(f"--sleep-objective must be one of {', '.join(SLEEP_OBJECTIVES)}, auto or none, "
+            if sleep_objective not in (*objective_names(), "auto", "none"):
+                raise ConfigError(f"--sleep-objective must be one of {', '.join(objective_names())}, auto or none, "
                                   f"got {sleep_objective!r}")
             if sleep_objective == "none" and cycles > 1:
                 raise ConfigError(f"--cycles {cycles} alternates wakes with sleeps; --sleep-objective none needs --cycles 1")

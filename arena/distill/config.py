@@ -9,27 +9,12 @@ checked in validators whose messages say how to fix the value.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Objective = Literal["distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd"]
-OBJECTIVES: tuple[str, ...] = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd")
-# Objectives that learn from every rollout of a group through group-relative advantages (policy
-# gradient on the stored rollouts, π_old their sampling policy): GRPO (Shao et al. 2024, arXiv
-# 2402.03300) and Guide-GRPO (Nath et al. 2025, arXiv 2506.13923). The others are supervised.
-RL_OBJECTIVES: tuple[str, ...] = ("grpo", "guide-grpo")
-# Objectives whose student samples its own completions while it trains (arena.distill.opcd): on-policy
-# context distillation. It reads no reward and no stored log-probs, only the contexts the solver had.
-ON_POLICY_OBJECTIVES: tuple[str, ...] = ("opcd",)
-# Objectives that train without LoRA dropout by default: those whose loss holds an importance ratio of
-# π_θ against π_old as it was scored (no dropout) — PPO's and Guide's clipped ratios, and the Guide
-# weights of distill's guided successes — and guided-unweighted, the ablation of those weights, which
-# trains as distill does but for them. Dropout noise in π_θ moves every ratio before any update; on
-# the CPU its random masks for the input of every adapted projection cost time too (one sleep's data:
-# 219 s with dropout, 191 s without; bench/RESULTS.md, "The sleep without LoRA dropout and with 28 steps").
-NO_DROPOUT_OBJECTIVES: tuple[str, ...] = (*RL_OBJECTIVES, "distill", "guided-unweighted")
-LORA_DROPOUT = 0.05  # LoRA dropout of the other objectives (sft, opcd)
+from arena.objectives import LORA_DROPOUT, get_objective, objective_names
+
+# Every list of objective names comes from the registry (arena.objectives.objective_names), which needs no torch.
 
 # Default threshold of the guided-data screen (arena.distill.data.screen_implausible), nats per token:
 # a guided success whose completion is on average more than e^1 ≈ 2.7 times less likely per token
@@ -42,8 +27,12 @@ LLAMA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 
 
 def default_dropout(objective: str) -> float:
-    """The LoRA dropout an objective trains with unless told otherwise: 0 for :data:`NO_DROPOUT_OBJECTIVES`, else :data:`LORA_DROPOUT`."""
-    return 0.0 if objective in NO_DROPOUT_OBJECTIVES else LORA_DROPOUT
+    """The LoRA dropout an objective trains with unless told otherwise (its registry spec's ``dropout``).
+
+    Raises:
+        ValueError: an unknown objective.
+    """
+    return get_objective(objective).dropout
 
 
 class TrainConfig(BaseModel):
@@ -126,13 +115,19 @@ class DistillConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    objective: Objective = "distill"  # distill (context distillation + weighted guided), sft, guided-unweighted, grpo, guide-grpo, opcd
+    objective: str = "distill"  # a registered objective (arena.objectives): distill, sft, guided-unweighted, grpo, guide-grpo, opcd, …
     success_threshold: float = 1.0  # a rollout is a success (training data) when its reward >= this
     lesson_tokens: int = 512  # lessons budget of the solver prompt in the with-lessons evaluations, tokens
     eval_max_tokens: int = 96  # completion cap of the held-out greedy evaluation, tokens
     min_guided_log_ratio: float = MIN_GUIDED_LOG_RATIO  # guided successes below this mean log π_θ(y|x) − log π_old(y|x,h) are skipped, nats/token
     min_examples: int = 1  # refuse to train on fewer examples (a sleep of `arena run --cycles` asks for more)
     train: TrainConfig = Field(default_factory=TrainConfig)
+
+    @field_validator("objective")
+    @classmethod
+    def _known_objective(cls, v: str) -> str:
+        get_objective(v)  # ValueError naming the registered objectives
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> DistillConfig:
@@ -147,12 +142,12 @@ class DistillConfig(BaseModel):
                              f"got {self.min_guided_log_ratio}")
         if self.min_examples < 1:
             raise ValueError(f"min_examples must be >= 1, got {self.min_examples}")
-        if self.train.dropout > 0 and self.objective in RL_OBJECTIVES:
+        if self.train.dropout > 0 and get_objective(self.objective).policy_gradient:
             # PPO's and Guide's ratios compare π_θ with π_old as it was scored (no dropout): with LoRA dropout in
             # π_θ the ratio leaves 1 before any update, and the clip and Guide's γ act on that noise
             raise ValueError(f"{self.objective} trains with LoRA dropout 0 (its importance ratios must be 1 before any "
                              f"update), got {self.train.dropout}; set dropout 0")
-        if self.train.kl_coef > 0 and self.objective not in RL_OBJECTIVES:
-            raise ValueError(f"--kl-coef applies to the objectives {', '.join(RL_OBJECTIVES)}, not {self.objective}; "
+        if self.train.kl_coef > 0 and not get_objective(self.objective).policy_gradient:
+            raise ValueError(f"--kl-coef applies to the objectives {', '.join(objective_names('policy-gradient'))}, not {self.objective}; "
                              "drop it or pass --objective grpo")
         return self

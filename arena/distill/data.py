@@ -13,7 +13,7 @@ moves into the weights):
    removed), each completion token weighted by the shaped importance ratio
    ``ρ_t / (ρ_t + γ)``, ``ρ_t = exp(log π_θ(y_t | x, y_<t) − log π_old(y_t | x, h, y_<t))``,
    ``γ`` the 0.9-quantile of the batch's ρ over hinted tokens floored at 1e-4, all detached
-   (:func:`importance_weights`, as in Guide's public code).
+   (:func:`arena.distill.losses.importance_weights`, as in Guide's public code).
 
 ``--objective`` picks the rows of the comparison from the same rollouts:
 ``distill`` (both, the default), ``sft`` (plain rejection-sampling SFT on unguided successes
@@ -41,14 +41,13 @@ from typing import Any
 
 import torch
 
-from arena.distill.config import MIN_GUIDED_LOG_RATIO, RL_OBJECTIVES
+from arena.distill.config import MIN_GUIDED_LOG_RATIO
+from arena.distill.losses import group_advantages
+from arena.objectives import get_objective, objective_names
 from lessons.library.adapters import TrainingRollout
 from lessons.outcomes import passes
 
 Message = dict[str, str]
-KINDS = ("context", "guided", "sft")
-RL_KINDS = ("grpo", "guided-grpo")  # unguided rollouts (PPO's clipped ratio), guided ones (Guide's shaped ratio)
-OPCD_KINDS = ("lessons", "hint")  # opcd: the teacher sees the episode's lessons, or the guided chat (hint, and lessons if any)
 
 
 class NoTrainingData(ValueError):
@@ -102,19 +101,19 @@ class DistillDataset:
     """Examples plus what was left out and why (the provenance recorded with the adapter)."""
 
     objective: str
-    examples: list[Any]  # DistillExample; RLExample for the objectives of RL_OBJECTIVES; OPCDExample for opcd
+    examples: list[Any]  # DistillExample; RLExample (policy-gradient objectives); OPCDExample (opcd)
     skipped: Counter = field(default_factory=Counter)  # reason -> rollouts left out
     rollouts_seen: int = 0
     groups: int = 0  # RL objectives: groups with a non-zero advantage (unguided and guided)
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        return RL_KINDS if self.objective in RL_OBJECTIVES else OPCD_KINDS if self.objective == "opcd" else KINDS
+        return get_objective(self.objective).kinds
 
     def provenance(self) -> dict[str, Any]:
         """JSON-safe summary: counts by kind, rollout / lesson / hint ids, skipped rollouts by reason."""
         kinds = Counter(e.kind for e in self.examples)
-        extra = {"groups": self.groups} if self.objective in RL_OBJECTIVES else {}
+        extra = {"groups": self.groups} if get_objective(self.objective).policy_gradient else {}
         return {
             "objective": self.objective,
             "rollouts_seen": self.rollouts_seen,
@@ -147,7 +146,7 @@ class DistillDataset:
         context (π_θ and π_old must see the same chat for PPO's ratio), so no lesson's effect moves
         into the weights and none can become ``distilled``.
         """
-        if self.objective in RL_OBJECTIVES:
+        if get_objective(self.objective).policy_gradient:
             return []
         return sorted({lid for e in self.examples for lid in e.lessons})
 
@@ -157,15 +156,18 @@ def build_dataset(
     objective: str,
     success_threshold: float,
     strip_lessons: Callable[[list[Message]], list[Message]],
+    name: str | None = None,
 ) -> DistillDataset:
     """Select and shape the training examples of ``objective`` from stored rollouts.
 
     Args:
         rollouts: a session's train rollouts (:meth:`lessons.library.adapters.AdapterStore.training_rollouts`).
-        objective: ``"distill"``, ``"sft"`` or ``"guided-unweighted"`` (see the module docstring).
+        objective: the selection rule: ``"distill"``, ``"sft"`` or ``"guided-unweighted"`` (see the module docstring).
         success_threshold: a rollout is a success when its reward is at least this.
         strip_lessons: returns the chat without its lessons section (the solver owns the
             prompt format: :func:`agents.roles.solver.strip_lessons_section`).
+        name: the registered objective the data is for (its provenance and report); default ``objective``
+            (another objective that selects as one of the three passes its own name).
 
     Returns:
         The examples in rollout order with skip counts by reason: ``failed`` (reward below
@@ -182,7 +184,7 @@ def build_dataset(
     """
     if objective not in ("distill", "sft", "guided-unweighted"):
         raise ValueError(f"objective must be distill, sft or guided-unweighted, not {objective!r}")
-    out = DistillDataset(objective=objective, examples=[], rollouts_seen=len(rollouts))
+    out = DistillDataset(objective=name or objective, examples=[], rollouts_seen=len(rollouts))
     for r in rollouts:
         if not passes(r.reward, success_threshold):
             out.skipped["failed"] += 1
@@ -236,49 +238,6 @@ def require_examples(data: DistillDataset, session: str, threshold: float) -> No
         f"{data.rollouts_seen} rollouts, none usable ({reasons}); lower --success-threshold "
         f"(now {threshold}) or run more rounds"
     )
-
-
-def importance_weights(
-    logp_new: torch.Tensor,
-    logp_old: torch.Tensor,
-    hinted: torch.Tensor,
-    quantile: float = 0.9,
-    floor: float = 1e-4,
-) -> tuple[torch.Tensor, float | None]:
-    """Guide's shaped per-token importance weights (Nath et al. 2025, arXiv 2506.13923, public code).
-
-    ``ρ_t = exp(log π_θ(y_t | x, y_<t) − log π_old(y_t | x, h, y_<t))``; ``γ = max(floor,
-    quantile_q(ρ over hinted tokens of the batch))``; weight ``ρ_t / (ρ_t + γ)`` on hinted
-    tokens, 1 elsewhere. Everything is detached: the weights scale the token log-likelihood
-    gradient, they carry none themselves.
-
-    Args:
-        logp_new: (N,) or (B, T) float, log π_θ of the completion tokens under the training
-            (unguided) context.
-        logp_old: same shape, the sampling log-probs under the guided context; ignored where
-            ``hinted`` is False (may hold NaN there).
-        hinted: same shape, bool: tokens of guided, importance-weighted examples.
-        quantile: q of γ (0.9 in Guide).
-        floor: lower bound of γ (1e-4 in Guide).
-
-    Returns:
-        ``(weights, gamma)``: float32 weights of the input shape in (0, 1] on hinted tokens
-        and exactly 1 elsewhere; γ as a float, or None when no token is hinted.
-
-    Raises:
-        ValueError: shapes differ.
-    """
-    if logp_new.shape != logp_old.shape or logp_new.shape != hinted.shape:
-        raise ValueError(f"shapes differ: {tuple(logp_new.shape)}, {tuple(logp_old.shape)}, {tuple(hinted.shape)}")
-    weights = torch.ones(logp_new.shape, dtype=torch.float32, device=logp_new.device)
-    if not bool(hinted.any()):
-        return weights, None
-    with torch.no_grad():
-        log_ratio = (logp_new.detach().float() - logp_old.float())[hinted]
-        rho = torch.exp(log_ratio.clamp(max=30.0))  # (N_hinted,); clamp keeps exp finite
-        gamma = torch.quantile(rho, quantile).clamp(min=floor)
-        weights[hinted] = rho / (rho + gamma)
-    return weights, float(gamma)
 
 
 # --------------------------------------------------------------------------- clean self-generated data
@@ -505,10 +464,8 @@ def build_rl_dataset(rollouts: Sequence[TrainingRollout], objective: str,
         BadTrainingData: a reward that is not finite (no advantage can be computed), or no
             rollout has sampling log-probs (an OpenAI-compatible solver's session: π_old is unknown).
     """
-    from arena.distill.losses import group_advantages
-
-    if objective not in RL_OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(RL_OBJECTIVES)}, not {objective!r}")
+    if objective not in (pg := objective_names("policy-gradient")):
+        raise ValueError(f"objective must be one of {', '.join(pg)}, not {objective!r}")
     out = DistillDataset(objective=objective, examples=[], rollouts_seen=len(rollouts))
     groups: dict[tuple[int, bool], list[TrainingRollout]] = {}
     for r in rollouts:

@@ -25,6 +25,7 @@ from arena.distill.pipeline import CONDITIONS, DistillError, evaluate, fresh_out
 from arena.distill.weights import SIDECAR, AdapterError, AdapterSidecar, base_fingerprint, check_adapter_dir
 from lessons.library.adapters import AdapterRecord, AdapterStore
 from lessons.library.store import LessonStore
+from lessons.vocab import IMPORTED_OBJECTIVE
 
 ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 EXPORT_SIDECAR = "arena_export.json"  # written by `arena export rollouts`
@@ -150,12 +151,12 @@ def import_adapter(store: LessonStore, db: str, src: Path, session: str, name: s
         evaluation = {c: ev[c].summary() for c in CONDITIONS} | {"heldout_tasks": len(tasks), "distilled": []}
         config = {"imported_from": str(src.absolute()), "rank": rank}
         data = {"session": lineage.get("session") or session, **{k: v for k, v in lineage.items() if k != "session"}}
-        sidecar = AdapterSidecar(adapter_id=adapter_id, base_model=fingerprint, objective="imported",
+        sidecar = AdapterSidecar(adapter_id=adapter_id, base_model=fingerprint, objective=IMPORTED_OBJECTIVE,
                                  session=session, config=config, data=data, eval=evaluation,
                                  created_at=datetime.now(UTC).isoformat())
         (dest / SIDECAR).write_text(json.dumps(sidecar.model_dump(mode="json"), indent=2) + "\n")
         astore.register_adapter(AdapterRecord(
-            adapter_id=adapter_id, path=str(dest), base_model=fingerprint, objective="imported",
+            adapter_id=adapter_id, path=str(dest), base_model=fingerprint, objective=IMPORTED_OBJECTIVE,
             session_id=store.get_session(session).id, config=config, data=data, metrics={}, eval=evaluation,
             in_context=[], distilled={},
         ))
@@ -164,5 +165,5 @@ def import_adapter(store: LessonStore, db: str, src: Path, session: str, name: s
         shutil.rmtree(tmp, ignore_errors=True)
         if not registered:
             shutil.rmtree(dest, ignore_errors=True)
-    return {"adapter_id": adapter_id, "adapter_path": str(dest), "session": session, "objective": "imported",
+    return {"adapter_id": adapter_id, "adapter_path": str(dest), "session": session, "objective": IMPORTED_OBJECTIVE,
             "rank": rank, "eval": evaluation}

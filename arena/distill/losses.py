@@ -1,15 +1,17 @@
-"""The losses of the objectives ``grpo``, ``guide-grpo`` and ``opcd``: small pure functions of tensors.
+"""The losses of the objectives and Guide's importance weights: small pure functions of tensors.
 
 Each takes per-token tensors of one micro-batch (flattened to the N completion tokens) and
 returns per-token losses; the trainer sums them and divides by the completion tokens of the
 optimizer step (token-mean over the batch, as Guide's and DAPO's code do).
 
+- :func:`importance_weights`: Guide's shaped per-token weights of guided tokens (objective
+  ``distill``; Nath et al. 2025, arXiv 2506.13923, public code).
 - :func:`group_advantages`: GRPO's group-relative advantage (Shao et al. 2024, arXiv 2402.03300).
 - :func:`ppo_clip_loss`: PPO's clipped surrogate (Schulman et al. 2017, arXiv 1707.06347) on
   unguided tokens.
 - :func:`guided_shaped_loss`: Guide's loss on guided tokens (Nath et al. 2025, arXiv 2506.13923):
   the ratio of the policy under the context *without* the hint over the sampling policy under
-  the hint, shaped ρ/(ρ+γ), not clipped; γ from :func:`arena.distill.data.importance_weights`.
+  the hint, shaped ρ/(ρ+γ), not clipped; γ from :func:`importance_weights`.
 - :func:`kl_to_reference`: the k3 estimator of KL(π_θ ‖ π_ref) per token (Schulman's
   "Approximating KL divergence"; the estimator of GRPO's paper).
 - :func:`reverse_kl`: the exact per-token reverse KL(π_student ‖ π_teacher) over the whole
@@ -25,10 +27,51 @@ from collections.abc import Sequence
 
 import torch
 
-from arena.distill.data import importance_weights
-
 ADV_EPS = 1e-6  # added to the group's standard deviation (Guide, GRPO)
 LOG_RATIO_CAP = 30.0  # log-ratios are clamped here before exp, so a ratio stays finite
+
+
+def importance_weights(
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    hinted: torch.Tensor,
+    quantile: float = 0.9,
+    floor: float = 1e-4,
+) -> tuple[torch.Tensor, float | None]:
+    """Guide's shaped per-token importance weights (Nath et al. 2025, arXiv 2506.13923, public code).
+
+    ``ρ_t = exp(log π_θ(y_t | x, y_<t) − log π_old(y_t | x, h, y_<t))``; ``γ = max(floor,
+    quantile_q(ρ over hinted tokens of the batch))``; weight ``ρ_t / (ρ_t + γ)`` on hinted
+    tokens, 1 elsewhere. Everything is detached: the weights scale the token log-likelihood
+    gradient, they carry none themselves.
+
+    Args:
+        logp_new: (N,) or (B, T) float, log π_θ of the completion tokens under the training
+            (unguided) context.
+        logp_old: same shape, the sampling log-probs under the guided context; ignored where
+            ``hinted`` is False (may hold NaN there).
+        hinted: same shape, bool: tokens of guided, importance-weighted examples.
+        quantile: q of γ (0.9 in Guide).
+        floor: lower bound of γ (1e-4 in Guide).
+
+    Returns:
+        ``(weights, gamma)``: float32 weights of the input shape in (0, 1] on hinted tokens
+        and exactly 1 elsewhere; γ as a float, or None when no token is hinted.
+
+    Raises:
+        ValueError: shapes differ.
+    """
+    if logp_new.shape != logp_old.shape or logp_new.shape != hinted.shape:
+        raise ValueError(f"shapes differ: {tuple(logp_new.shape)}, {tuple(logp_old.shape)}, {tuple(hinted.shape)}")
+    weights = torch.ones(logp_new.shape, dtype=torch.float32, device=logp_new.device)
+    if not bool(hinted.any()):
+        return weights, None
+    with torch.no_grad():
+        log_ratio = (logp_new.detach().float() - logp_old.float())[hinted]
+        rho = torch.exp(log_ratio.clamp(max=LOG_RATIO_CAP))  # (N_hinted,); the cap keeps exp finite
+        gamma = torch.quantile(rho, quantile).clamp(min=floor)
+        weights[hinted] = rho / (rho + gamma)
+    return weights, float(gamma)
 
 
 def group_advantages(rewards: Sequence[float] | torch.Tensor, eps: float = ADV_EPS) -> torch.Tensor:
@@ -99,7 +142,7 @@ def guided_shaped_loss(logp_new: torch.Tensor, logp_old_hinted: torch.Tensor, ad
     ``ρ_t = π_θ(y_t | x, y_<t) / π_old(y_t | x, h, y_<t)``: the policy being trained scored under
     the context WITHOUT the hint over the policy that sampled the rollout WITH the hint ``h``.
     ``γ`` is the ``quantile`` of the micro-batch's guided ratios floored at ``floor``, detached
-    (computed by :func:`arena.distill.data.importance_weights`); the gradient flows through ρ only:
+    (computed by :func:`importance_weights`); the gradient flows through ρ only:
     ``∇ = −Â · γ ρ / (ρ + γ)² · ∇log π_θ``, which vanishes both for ρ ≪ γ (tokens the unguided
     policy would not produce) and ρ ≫ γ.
 

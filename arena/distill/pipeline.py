@@ -3,7 +3,7 @@
 The pipeline (:func:`run_distill`):
 
 1. data: the session's train rollouts → examples of the chosen objective
-   (:func:`arena.distill.data.build_dataset`); none eligible → :class:`DistillError`, nothing written;
+   (its ``build_dataset``, :mod:`arena.objectives`); none eligible → :class:`DistillError`, nothing written;
 2. held-out pass@1 (greedy) of the base model without and with the lessons;
 3. training (:func:`arena.distill.trainer.train`) on the base model;
 4. the adapter directory (peft files + sidecar), written atomically, then loaded back from
@@ -35,19 +35,17 @@ from typing import Any
 
 from agents.roles.solver import strip_lessons_section
 from arena.config import SessionConfig
-from arena.distill.config import ON_POLICY_OBJECTIVES, RL_OBJECTIVES, DistillConfig
+from arena.distill.config import DistillConfig
 from arena.distill.data import (
     BadTrainingData,
     DistillDataset,
     NoTrainingData,
-    build_dataset,
-    build_rl_dataset,
     data_report,
-    require_examples,
-    require_rl_examples,
     rescore_old_logprobs,
     screen_implausible,
 )
+from arena.objectives import get_objective
+from arena.distill.objectives.base import DataContext
 from arena.distill.weights import (
     SIDECAR,
     AdapterSidecar,
@@ -228,10 +226,12 @@ def collect_data(
     ``rounds``: only rollouts of episodes in these session rounds (a cycle's, for
     ``--sleep-from previous``); None: every round.
 
-    ``opcd`` only: its teachers see the library's active lessons as a held-out prompt would now
-    (:func:`arena.distill.opcd.library_lessons`, ``cfg.lesson_tokens`` of budget), counted with
-    ``count_tokens`` (default: the base model's tokenizer, loaded only when there are lessons),
-    ``exclude`` left out (lessons the adapter training starts from already holds).
+    The objective's implementation builds the examples (``build_dataset`` and ``require`` of
+    :class:`arena.distill.objectives.base.Objective`). ``opcd``'s teachers see the library's active
+    lessons as a held-out prompt would now (:func:`arena.distill.objectives.opcd.library_lessons`,
+    ``cfg.lesson_tokens`` of budget), counted with ``count_tokens`` (default: the base model's
+    tokenizer, loaded only when there are lessons), ``exclude`` left out (lessons the adapter
+    training starts from already holds).
 
     Raises:
         NoTrainingData: no eligible example (the message lists what was skipped and why).
@@ -242,25 +242,11 @@ def collect_data(
     excluded = astore.training_exclusions(session, rounds)
     if rounds is not None:
         rollouts = [r for r in rollouts if r.episode_round in rounds]
-    if cfg.objective in RL_OBJECTIVES:
-        info = store.get_session(session)
-        verifier = info is None or info.config.get("reward", "verifier") == "verifier"
-        # advantages from the verifier's pass / fail (its partial credit would reinforce wrong answers); a rubric's
-        # graded rewards as they are
-        data = build_rl_dataset(rollouts, cfg.objective, cfg.success_threshold if verifier else None)
-        data.skipped.update(excluded)
-        require_rl_examples(data, session)
-    elif cfg.objective in ON_POLICY_OBJECTIVES:
-        from arena.distill.opcd import build_opcd_dataset, library_lessons, require_opcd_examples
-
-        lessons_now = library_lessons(store, cfg.lesson_tokens, count_tokens or base_token_count(), exclude)
-        data = build_opcd_dataset(rollouts, strip_lessons_section, lessons_now)
-        data.skipped.update(excluded)
-        require_opcd_examples(data, session)
-    else:
-        data = build_dataset(rollouts, cfg.objective, cfg.success_threshold, strip_lessons_section)
-        data.skipped.update(excluded)
-        require_examples(data, session, cfg.success_threshold)
+    objective = get_objective(cfg.objective).load()
+    ctx = DataContext(store, session, cfg.success_threshold, cfg.lesson_tokens, count_tokens or base_token_count(), exclude)
+    data = objective.build_dataset(rollouts, ctx)
+    data.skipped.update(excluded)
+    objective.require(data, ctx)
     return rollouts, data
 
 
@@ -371,11 +357,12 @@ def screen_data(
 ) -> dict[str, Any]:
     """Screen guided successes with the policy training starts from, check the size, report the data.
 
-    Guided examples implausible without their hint are dropped
+    Guided examples (kind ``guided``) implausible without their hint are dropped
     (:func:`arena.distill.data.screen_implausible`, threshold ``cfg.min_guided_log_ratio``,
-    scored by ``policy.token_logprobs``); for ``grpo`` / ``guide-grpo``, π_old is rescored at the
-    sampling temperature instead (:func:`rescore_pi_old`; Guide's shaped ratio replaces the screen);
-    then the data must hold ``cfg.min_examples``.
+    scored by ``policy.token_logprobs``); π_old is rescored at the sampling temperature where the
+    objective :meth:`~arena.distill.objectives.base.Objective.needs_pi_old` (:func:`rescore_pi_old`:
+    every example of ``grpo`` / ``guide-grpo``, whose ratios replace the screen; the weighted ones
+    of ``distill``); then the data must hold ``cfg.min_examples``.
 
     Returns:
         :func:`arena.distill.data.data_report` (examples by kind, tokens, distinct tasks, coverage
@@ -387,13 +374,12 @@ def screen_data(
     """
     ratios: list[float] = []
     pi_old: dict[str, Any] | None = None
-    if data.objective in RL_OBJECTIVES:
-        pi_old = rescore_pi_old(store, session, data, policy, cfg.train.temperature)
-    elif any(e.kind == "guided" for e in data.examples) and cfg.min_guided_log_ratio > float("-inf"):
+    objective = get_objective(cfg.objective).load()
+    if any(e.kind == "guided" for e in data.examples) and cfg.min_guided_log_ratio > float("-inf"):
         ratios = screen_implausible(data, rollouts, policy.token_logprobs, cfg.min_guided_log_ratio)
-        require_examples(data, session, cfg.success_threshold)
-    if data.objective not in RL_OBJECTIVES and any(e.weighted for e in data.examples):
-        # Guide's ratio over the distribution that sampled: π_old at the sampling temperature, under its adapter
+        objective.require(data, DataContext(store, session, cfg.success_threshold))
+    if objective.needs_pi_old(data):
+        # the ratios are over the distribution that sampled: π_old at the sampling temperature, under its adapter
         pi_old = rescore_pi_old(store, session, data, policy, cfg.train.temperature)
     if len(data.examples) < cfg.min_examples:
         raise NoTrainingData(
@@ -422,24 +408,19 @@ def train_and_save(
     Raises:
         arena.distill.trainer.TrainingError / arena.distill.weights.AdapterError.
     """
-    from arena.distill.opcd import train_opcd
-    from arena.distill.trainer import train, train_rl
+    from arena.distill.trainer import fit
 
     teacher = None
-    if cfg.objective in ON_POLICY_OBJECTIVES:
-        fit: Any = train_opcd
-        if getattr(policy, "adapter", None) is not None:  # continuing an adapter: it, frozen, is the teacher
-            from agents.backends.local import LocalPolicy
+    if get_objective(cfg.objective).teacher_is_start and policy.adapter is not None:
+        # continuing an adapter: it, frozen, is the teacher
+        from agents.backends.local import LocalPolicy
 
-            teacher = LocalPolicy(model_dir=policy.model_dir, device=policy.device, dtype=policy.dtype,
-                                  adapter=policy.adapter)
-            teacher.load()
-    else:
-        fit = train_rl if cfg.objective in RL_OBJECTIVES else train
+        teacher = LocalPolicy(model_dir=policy.model_dir, device=policy.device, dtype=policy.dtype, adapter=policy.adapter)
+        teacher.load()
     try:
-        extra = {"teacher": teacher.model} if teacher is not None else {}
-        peft_model, result = fit(policy.model, policy.tokenizer, data.examples, cfg.train,
-                                 eos_id=policy.eos_token_id, console=console, **extra)
+        peft_model, result = fit(policy.model, policy.tokenizer, data.examples, cfg.train, cfg.objective,
+                                 eos_id=policy.eos_token_id, console=console,
+                                 teacher=teacher.model if teacher is not None else None)
     finally:
         if teacher is not None:
             teacher.close()
@@ -510,9 +491,10 @@ def run_distill(
     # ---- data (before any model is loaded: bad input fails fast and writes nothing)
     rollouts, data = collect_data(store, session, cfg, count_tokens=base_token_count(base_model))
     session_cfg, tasks = session_heldout(store, db, session)
-    if cfg.objective in RL_OBJECTIVES or cfg.objective == "distill":  # ratios at the rollouts' sampling temperature
+    spec = get_objective(cfg.objective)
+    if spec.sampling_temperature:  # ratios at the rollouts' sampling temperature
         cfg = with_sampling_temperature(cfg, session_cfg.temperature)
-    if cfg.objective in ON_POLICY_OBJECTIVES:  # the student's samples as long as the session's completions
+    if spec.family == "on-policy":  # the student's samples as long as the session's completions
         # room for the teacher's chat (system prompt, the session's lessons section, hint) and a full sample
         cfg = with_train_settings(cfg, sample_tokens=session_cfg.max_tokens, max_seq_len=max(
             cfg.train.max_seq_len, session_cfg.lesson_tokens + session_cfg.max_tokens + 512))

@@ -119,7 +119,8 @@ class HeldoutEvals:
 
 def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
     """The :class:`arena.distill.config.DistillConfig` of one sleep (seed moves with the cycle)."""
-    from arena.distill.config import RL_OBJECTIVES, DistillConfig, TrainConfig, default_dropout
+    from arena.distill.config import DistillConfig, TrainConfig, default_dropout
+    from arena.objectives import get_objective
 
     # room for the system prompt, a full lessons section, the question and the completion
     max_seq_len = max(512, cfg.lesson_tokens + cfg.max_tokens + 512)
@@ -130,7 +131,7 @@ def sleep_config(cfg: SessionConfig, cycle: int) -> Any:
         train=TrainConfig(lr=cfg.sleep_lr, epochs=cfg.sleep_epochs, max_steps=cfg.sleep_steps,
                           max_seq_len=max_seq_len, seed=(cfg.seed + cycle) % 2**32,
                           # grpo / guide-grpo / distill's guided weights: ratios at the rollouts' sampling temperature
-                          temperature=cfg.temperature if cfg.sleep in (*RL_OBJECTIVES, "distill") else 1.0,
+                          temperature=cfg.temperature if get_objective(cfg.sleep).sampling_temperature else 1.0,
                           kl_coef=cfg.sleep_kl_coef, sample_tokens=cfg.max_tokens,
                           # importance ratios: π_θ without dropout, as π_old was scored
                           dropout=default_dropout(cfg.sleep)),

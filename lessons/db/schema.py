@@ -50,7 +50,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 # re-exported here for the modules of lessons that read them with the rows.
 from lessons.vocab import (  # noqa: F401 - re-exported
     ADAPTER_LESSON_RELATIONS,
-    ADAPTER_OBJECTIVES,
+    ADAPTER_OBJECTIVE_MAX_LEN,
     GRADING_STATUSES,
     HINT_MODES,
     LESSON_OPS,
@@ -472,7 +472,7 @@ class AdapterRow(Base):
     adapter_id: Mapped[str] = mapped_column(String(50), unique=True)  # readable and stable, e.g. "adapter-0001"
     path: Mapped[LongText]  # absolute path of the adapter directory (adapter_config.json, adapter_model.safetensors)
     base_model: Mapped[str] = mapped_column(String(100))  # fingerprint of the base model it was trained on
-    objective: Mapped[str] = mapped_column(String(30))  # one of ADAPTER_OBJECTIVES
+    objective: Mapped[str] = mapped_column(String(ADAPTER_OBJECTIVE_MAX_LEN))  # a registered objective, or "imported"
     session_id: Mapped[int | None] = _fk("sessions.id", nullable=True, ondelete="SET NULL")  # the session trained on
     config: Mapped[JSONDict]  # the DistillConfig as a dict (LoRA, optimizer, data settings)
     data: Mapped[JSONDict]  # data provenance: rollout ids, lesson ids, hint ids, example counts

@@ -17,6 +17,7 @@ and uses its sessions (short transactions, ``BEGIN IMMEDIATE`` for writes on SQL
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,7 +29,7 @@ from sqlalchemy.orm import aliased
 
 from lessons.db.schema import (
     ADAPTER_LESSON_RELATIONS,
-    ADAPTER_OBJECTIVES,
+    ADAPTER_OBJECTIVE_MAX_LEN,
     AdapterLessonRow,
     AdapterRow,
     EpisodeRow,
@@ -45,6 +46,8 @@ from lessons.library.rubrics import exclusion_reason
 from lessons.library.store import LessonStore, StoreError
 
 ADAPTER_PREFIX = "adapter-"
+
+_OBJECTIVE_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # distill, guide-grpo, imported, …
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ class AdapterInfo:
     adapter_id: str  # readable, e.g. "adapter-0001"
     path: str  # the adapter directory
     base_model: str  # fingerprint of the base model
-    objective: str  # one of lessons.vocab.ADAPTER_OBJECTIVES
+    objective: str  # a registered training objective (arena/objectives.py), or "imported"
     session: str | None  # the session it was trained on
     config: dict[str, Any]
     data: dict[str, Any]
@@ -230,11 +233,14 @@ class AdapterStore:
         ids are skipped.
 
         Raises:
-            ValueError: unknown objective.
+            ValueError: the objective is not a name of lower-case words and hyphens of at most
+                :data:`lessons.vocab.ADAPTER_OBJECTIVE_MAX_LEN` characters (the registry of
+                objectives lives above this layer; arena checks the name against it before training).
             StoreError: the adapter id or path is already registered.
         """
-        if rec.objective not in ADAPTER_OBJECTIVES:
-            raise ValueError(f"objective must be one of {ADAPTER_OBJECTIVES}, not {rec.objective!r}")
+        if not _OBJECTIVE_NAME.fullmatch(rec.objective) or len(rec.objective) > ADAPTER_OBJECTIVE_MAX_LEN:
+            raise ValueError(f"objective must be lower-case words joined by hyphens, at most {ADAPTER_OBJECTIVE_MAX_LEN} "
+                             f"characters, not {rec.objective!r}")
         now = utcnow()
         with self.store.write() as s, s.begin():
             if s.scalar(select(AdapterRow.id).where(AdapterRow.adapter_id == rec.adapter_id)) is not None:

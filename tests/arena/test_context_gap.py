@@ -24,7 +24,7 @@ def test_the_gap_is_zero_without_context_and_an_untrained_adapter_keeps_the_base
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from arena.distill.trainer import prompt_ids
+    from arena.distill.objectives.base import prompt_ids
 
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     plain = prompt_ids(tok, [{"role": "user", "content": "What is 2 + 3?"}])

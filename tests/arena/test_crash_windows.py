@@ -27,6 +27,7 @@ from arena.distill.config import DistillConfig
 from arena.distill.pipeline import collect_data
 from arena.episode.context import Roles
 from arena.export import ExportError, export_rollouts
+from arena.objectives import objective_names
 from arena.session import online_rubrics, utility
 from arena.session.runner import run_session
 from arena.tasks.sources import load_tasks
@@ -36,7 +37,7 @@ from lessons.library.curation import Provenance
 from lessons.library.rubrics import RubricStore
 from lessons.library.store import LessonStore
 
-OBJECTIVES = ("distill", "sft", "guided-unweighted", "grpo", "guide-grpo", "opcd")
+OBJECTIVES = objective_names()
 GOOD = "Air molecules scatter the incoming sunlight in all directions, and blue light scatters more than red. <answer>blue</answer>"
 BARE = "<answer>Paris</answer>"
 BAD = "I do not know."

@@ -24,17 +24,16 @@ from arena.distill.data import (
     DistillExample,
     NoTrainingData,
     build_dataset,
-    importance_weights,
     require_examples,
 )
+from arena.distill.losses import importance_weights
+from arena.distill.objectives.base import EncodedExample, collate
 from arena.distill.trainer import (
-    EncodedExample,
     TrainingError,
-    collate,
     encode_examples,
+    fit,
     mean_nll,
     target_logprobs,
-    train,
     warmup_cosine,
 )
 from arena.distill.weights import (
@@ -213,7 +212,7 @@ def test_too_long_examples_are_dropped(tiny_dir):
     enc, dropped = encode_examples(p.tokenizer, _examples(p.tokenizer, 2), 10, p.eos_token_id)
     assert enc == [] and dropped == 2
     with pytest.raises(TrainingError, match="--max-seq-len 10"):
-        train(p.model, p.tokenizer, _examples(p.tokenizer, 2), TrainConfig(max_seq_len=10, max_steps=1))
+        fit(p.model, p.tokenizer, _examples(p.tokenizer, 2), TrainConfig(max_seq_len=10, max_steps=1), "distill")
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
@@ -226,7 +225,7 @@ def test_tiny_training_lowers_the_loss_and_round_trips(tiny_dir, tmp_path, devic
     exs = _examples(tok, 8, weighted=True)
     before = mean_nll(p.model, tok, exs, p.eos_token_id)
     cfg = TrainConfig(max_steps=30, lr=1e-2, batch_size=4, grad_accum=2, warmup_steps=2, seed=3)
-    model, res = train(p.model, tok, exs, cfg, eos_id=p.eos_token_id)
+    model, res = fit(p.model, tok, exs, cfg, "distill", eos_id=p.eos_token_id)
     after = mean_nll(model, tok, exs, p.eos_token_id)
     assert res.steps == 30 and len(res.losses) == 30 and res.gammas  # guided tokens were weighted
     assert res.tokens == 30 * 8 * len(encode_examples(tok, exs[:1], 512, p.eos_token_id)[0][0].input_ids)
@@ -260,7 +259,7 @@ def test_nan_loss_is_a_clear_error(tiny_dir):
     with torch.no_grad():
         p.model.get_output_embeddings().weight[0, 0] = float("nan")
     with pytest.raises(TrainingError, match="loss became nan at step 1; lower --lr"):
-        train(p.model, p.tokenizer, _examples(p.tokenizer, 4), TrainConfig(max_steps=2))
+        fit(p.model, p.tokenizer, _examples(p.tokenizer, 4), TrainConfig(max_steps=2), "distill")
 
 
 # --------------------------------------------------------------------------- adapter directories
@@ -350,6 +349,11 @@ def test_register_adapter_marks_lessons_distilled_and_retrieval_excludes_them(tm
     assert ev.rationale == "adapter-0001: pass@1 0.5 vs CI [0.3, 0.6]"
     with pytest.raises(StoreError, match="already registered"):
         astore.register_adapter(AdapterRecord("adapter-0001", "/elsewhere", "x", "sft", None, {}, {}, {}, {}, [], {}))
+    # the library checks an objective's form (a registry name or "imported"), not a list of names it would have to keep
+    for bad in ("Distill", "two words", "", "x" * 31, "grpo-"):
+        with pytest.raises(ValueError, match="lower-case words joined by hyphens, at most 30 characters"):
+            astore.register_adapter(AdapterRecord("adapter-0009", "/other", "x", bad, None, {}, {}, {}, {}, [], {}))
+    assert astore.get_adapter("adapter-0009") is None
 
     count = lambda s: len(s.split())
     _, shown = retrieve_for_task(store, task, 512, count)  # no adapter: distilled lessons stay in the prompt
@@ -377,7 +381,7 @@ def test_real_model_lora_step_and_plain_peft_round_trip(tmp_path):
     exs = [DistillExample("sft", i, f"t{i}", solver_messages(f"What is {i} + 2?"),
                           tok(f"{i} + 2 = {i + 2}.\n<answer>{i + 2}</answer>", add_special_tokens=False)["input_ids"],
                           None, True) for i in range(4)]
-    model, res = train(p.model, tok, exs, TrainConfig(max_steps=2, batch_size=2, grad_accum=1, lr=1e-3),
+    model, res = fit(p.model, tok, exs, TrainConfig(max_steps=2, batch_size=2, grad_accum=1, lr=1e-3), "distill",
                        eos_id=p.eos_token_id)
     assert res.steps == 2 and math.isfinite(res.final_loss)
     path = save_adapter(model, tmp_path / "a", AdapterSidecar(base_model=base_fingerprint(p.model_dir)))

@@ -20,7 +20,8 @@ from tiny_llama import make_tiny
 
 from agents.roles.solver import guided_messages, solver_messages
 from arena.config import SessionConfig
-from arena.distill.config import OBJECTIVES, DistillConfig, TrainConfig, default_dropout
+from arena.distill.config import DistillConfig, TrainConfig, default_dropout
+from arena.objectives import objective_names
 from arena.distill.pipeline import collect_data
 from arena.tasks.sources import load_tasks
 from lessons.library.store import EpisodeRecord, LessonStore, RolloutRecord
@@ -329,7 +330,7 @@ def distill_config(objective: str) -> DistillConfig:
 
 
 @pytest.mark.parametrize("reason", ["reward_hack_flagged", "ungraded", "oversized"])
-@pytest.mark.parametrize("objective", OBJECTIVES)
+@pytest.mark.parametrize("objective", objective_names())
 def test_ungraded_and_flagged_rollouts_never_become_training_data(objective, reason, tmp_path, tiny):
     """Every objective's data path keeps to `eligible_for_training` (issue "Faults, bad input and speed", claims).
 

@@ -165,7 +165,9 @@ def tiny_policy(tiny_dir):
 
 def test_tempered_ratio_on_a_tempered_sample(tiny_policy, tiny_dir):
     """π_old of a rollout sampled at T = 0.8 is softmax(logits / 0.8): the untrained LoRA's ratio is 1 there, not at T = 1."""
-    from arena.distill.trainer import collate_rl, encode_rl, target_logprobs
+    from arena.distill.objectives.base import collate
+    from arena.distill.objectives.policy_gradient import encode_rl
+    from arena.distill.trainer import target_logprobs
 
     msgs = [{"role": "user", "content": "What is 2 + 3?"}]
     c = tiny_policy.sample(msgs, n=1, temperature=0.8, max_tokens=12, seed=3)[0]
@@ -175,7 +177,7 @@ def test_tempered_ratio_on_a_tempered_sample(tiny_policy, tiny_dir):
     old_t = tiny_policy.token_logprobs(msgs, c.token_ids, temperature=0.8)
     ex = RLExample("grpo", 1, "t", msgs, msgs, list(c.token_ids), old_t.tolist(), False, 1.0)
     enc, _ = encode_rl(tiny_policy.tokenizer, [ex], 512, tiny_policy.eos_token_id)
-    batch = collate_rl(enc, tiny_policy.tokenizer.pad_token_id)
+    batch = collate(enc, tiny_policy.tokenizer.pad_token_id)
     with torch.no_grad():
         new_t = target_logprobs(tiny_policy.model, batch, temperature=0.8)
         new_1 = target_logprobs(tiny_policy.model, batch, temperature=1.0)
@@ -185,7 +187,9 @@ def test_tempered_ratio_on_a_tempered_sample(tiny_policy, tiny_dir):
 
 
 def test_guided_ratio_is_scored_without_the_hint(tiny_policy):
-    from arena.distill.trainer import collate_rl, encode_rl, target_logprobs
+    from arena.distill.objectives.base import collate
+    from arena.distill.objectives.policy_gradient import encode_rl
+    from arena.distill.trainer import target_logprobs
 
     plain = [{"role": "user", "content": "What is 2 + 3?"}]
     hinted = [{"role": "user", "content": "What is 2 + 3?\n\nHint: the answer is 5."}]
@@ -194,7 +198,7 @@ def test_guided_ratio_is_scored_without_the_hint(tiny_policy):
     ex = RLExample("guided-grpo", 1, "t", plain, hinted, ids, old.tolist(), False, 1.0)
     enc, _ = encode_rl(tiny_policy.tokenizer, [ex], 512, tiny_policy.eos_token_id)
     with torch.no_grad():
-        new = target_logprobs(tiny_policy.model, collate_rl(enc, tiny_policy.tokenizer.pad_token_id), 0.8)
+        new = target_logprobs(tiny_policy.model, collate(enc, tiny_policy.tokenizer.pad_token_id), 0.8)
     assert new.tolist() == pytest.approx(tiny_policy.token_logprobs(plain, ids, temperature=0.8).tolist(), abs=1e-4)
     assert not torch.allclose(new, old, atol=1e-4)  # π_θ(y | x) / π_old(y | x, h) is not 1
 
@@ -204,7 +208,7 @@ def test_tiny_model_loss_falls(tiny_dir):
 
     from agents.backends.local import LocalPolicy
     from arena.distill.config import TrainConfig
-    from arena.distill.trainer import train_rl
+    from arena.distill.trainer import fit
 
     scorer = LocalPolicy(model_dir=tiny_dir, device="cpu")
     tok = AutoTokenizer.from_pretrained(tiny_dir)
@@ -224,7 +228,7 @@ def test_tiny_model_loss_falls(tiny_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     cfg = TrainConfig(lr=1e-2, max_steps=12, batch_size=4, grad_accum=1, warmup_steps=0, dropout=0.0, temperature=0.8,
                       kl_coef=0.01)
-    _, res = train_rl(model, tok, examples, cfg)
+    _, res = fit(model, tok, examples, cfg, "guide-grpo")
     assert res.steps == 12 and all(math.isfinite(x) for x in res.losses)
     assert res.losses[-1] < res.losses[0] - 0.05, res.losses
     m = res.metrics()
@@ -284,9 +288,9 @@ def test_groups_of_one_are_one_line(db, tiny, tmp_path, arena_inproc):  # noqa: 
 
 
 def test_nan_loss_is_one_line(db, tiny, tmp_path, arena_inproc, monkeypatch):  # noqa: F811
-    import arena.distill.trainer as trainer
+    import arena.distill.objectives.policy_gradient as policy_gradient
 
-    monkeypatch.setattr(trainer, "ppo_clip_loss", lambda new, old, adv, eps: new * math.nan)
+    monkeypatch.setattr(policy_gradient, "ppo_clip_loss", lambda new, old, adv, eps: new * math.nan)
     proc = arena_inproc("distill", "--db", str(db), "--base-model", str(tiny), "--objective", "grpo", "--steps", "1",
                         "--eval-max-tokens", "2")
     # in this process the loading and training progress bars share stderr; the error is its one last line
@@ -354,7 +358,7 @@ def test_a_guided_tokens_weight_is_the_same_on_every_forward_only_without_dropou
 
     from agents.backends.local import LocalPolicy
     from arena.distill.config import TrainConfig, default_dropout
-    from arena.distill.data import importance_weights
+    from arena.distill.losses import importance_weights
     from arena.distill.trainer import completion_logits, lora_config
 
     policy = LocalPolicy(model_dir=tiny_dir, device="cpu", dtype=torch.float32)

@@ -23,7 +23,7 @@ from agents.roles.solver import (
 )
 from arena.distill.data import NoTrainingData
 from arena.distill.losses import reverse_kl
-from arena.distill.opcd import OPCDExample, build_opcd_dataset, require_opcd_examples
+from arena.distill.objectives.opcd import OPCDExample, build_opcd_dataset, require_opcd_examples
 from lessons.library.adapters import AdapterStore, TrainingRollout
 
 # --------------------------------------------------------------------------- the loss, by hand
@@ -132,7 +132,7 @@ def test_the_teacher_sees_the_library_as_it_is_at_sleep_time():
 
 
 def test_library_lessons_are_the_active_ones_a_heldout_prompt_gets(tmp_path):
-    from arena.distill.opcd import library_lessons
+    from arena.distill.objectives.opcd import library_lessons
     from lessons.library.curation import Provenance
     from lessons.library.store import LessonStore
 
@@ -157,8 +157,9 @@ def _gap(model, tok, example, completions, adapter: bool) -> float:
     """Mean per-token reverse KL of the model without the context against the base model with it."""
     from contextlib import nullcontext
 
-    from arena.distill.opcd import as_example, encode_pairs
-    from arena.distill.trainer import collate, completion_logits
+    from arena.distill.objectives.base import collate
+    from arena.distill.objectives.opcd import as_example, encode_pairs
+    from arena.distill.trainer import completion_logits
 
     (enc,), _ = encode_pairs(tok, [example], 512, 16)
     pad = tok.pad_token_id
@@ -176,7 +177,8 @@ def test_tiny_model_absorbs_a_lesson(tiny_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from arena.distill.config import TrainConfig
-    from arena.distill.opcd import encode_pairs, sample_completions, train_opcd
+    from arena.distill.objectives.opcd import encode_pairs, sample_completions
+    from arena.distill.trainer import fit
 
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     plain = [{"role": "user", "content": "What is 2 + 3?"}]
@@ -187,7 +189,7 @@ def test_tiny_model_absorbs_a_lesson(tiny_dir):
     held = sample_completions(model, [enc.teacher] * 8, 16, 1.0, [tok.eos_token_id], tok.pad_token_id, seed=123)
     before = _gap(model, tok, ex, held, adapter=False)
     cfg = TrainConfig(lr=1e-3, max_steps=12, batch_size=4, grad_accum=1, warmup_steps=0, dropout=0.0, sample_tokens=16)
-    peft_model, res = train_opcd(model, tok, [ex] * 4, cfg)
+    peft_model, res = fit(model, tok, [ex] * 4, cfg, "opcd")
     after = _gap(peft_model, tok, ex, held, adapter=True)
     assert res.steps == 12 and all(math.isfinite(x) and x >= 0 for x in res.losses)
     assert res.losses[-1] < res.losses[0] * 0.5, res.losses
@@ -303,7 +305,7 @@ def test_the_teacher_is_the_policy_training_starts_from(tiny_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from arena.distill.config import TrainConfig
-    from arena.distill.opcd import train_opcd
+    from arena.distill.trainer import fit
 
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     plain = [{"role": "user", "content": "What is 2 + 3?"}]
@@ -313,7 +315,7 @@ def test_the_teacher_is_the_policy_training_starts_from(tiny_dir, tmp_path):
     same = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
     losses = {}
     for name, teacher in (("base", None), ("same", same), ("other", other)):
-        _, res = train_opcd(AutoModelForCausalLM.from_pretrained(tiny_dir), tok, ex, cfg, teacher=teacher)
+        _, res = fit(AutoModelForCausalLM.from_pretrained(tiny_dir), tok, ex, cfg, "opcd", teacher=teacher)
         losses[name] = res.losses[0]
     assert losses["same"] == pytest.approx(losses["base"], rel=1e-5)  # the same weights: the same π_t
     assert losses["other"] > 10 * losses["base"]  # another policy as teacher: another target

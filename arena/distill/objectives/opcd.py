@@ -27,32 +27,27 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from agents.roles.hints import hint_parts
-from agents.roles.solver import guided_messages, with_lessons_section
-from arena.distill.config import TrainConfig
+from agents.roles.solver import guided_messages, strip_lessons_section, with_lessons_section
 from arena.distill.data import DistillDataset, NoTrainingData
 from arena.distill.losses import reverse_kl
-from arena.distill.trainer import (
+from arena.distill.objectives.base import (
+    DataContext,
+    Encoded,
     EncodedExample,
-    TrainResult,
-    backward,
+    LossParts,
+    Objective,
+    TrainRun,
     collate,
-    completion_logits,
-    finish_run,
-    lora_and_optimizer,
-    optimizer_step,
-    progress_bar,
     prompt_ids,
-    record_step,
-    step_plan,
 )
+from arena.distill.trainer import completion_logits
 from lessons.library.adapters import TrainingRollout
 
 Message = dict[str, str]
@@ -257,85 +252,56 @@ def encode_pairs(tokenizer: Any, examples: Sequence[OPCDExample], max_seq_len: i
     return out, dropped
 
 
-def train_opcd(
-    model: Any,
-    tokenizer: Any,
-    examples: Sequence[OPCDExample],
-    cfg: TrainConfig,
-    peft_config: Any | None = None,
-    eos_id: int | None = None,
-    console: Any | None = None,
-    teacher: Any | None = None,
-) -> tuple[Any, TrainResult]:
-    """Train a LoRA adapter by on-policy context distillation (see the module docstring).
-
-    Each optimizer step samples one completion per example of its micro-batches from the
-    current student (``cfg.temperature``, at most ``cfg.sample_tokens`` tokens), then minimises
-    ``L = Σ_m Σ_t KL(π_s(· | x, y_<t) ‖ π_t(· | c, x, y_<t)) / N_step`` over the completion
-    tokens t of micro-batches m, with x the bare chat, c the lessons / hint, π_t the frozen starting
-    policy (the base model with the adapter disabled, or ``teacher``) and ``N_step`` the completion tokens of the step. Same model set-up,
-    schedule, clipping and seed as :func:`arena.distill.trainer.train`.
-
-    Args:
-        model, tokenizer, cfg, peft_config, console: as :func:`arena.distill.trainer.train`.
-        examples: from :func:`build_opcd_dataset`.
-        eos_id: the end-of-turn token (sampling stops there); default ``tokenizer.eos_token_id``.
-        teacher: the frozen policy training starts from, when that is an adapter (``--sleep-from
-            previous``: what earlier sleeps distilled has left the prompt, so a base-model teacher
-            would pull it back out); None: ``model`` itself with its adapter disabled (the base).
-
-    Returns:
-        ``(peft_model, result)``; ``result.tokens`` counts the student's and the teacher's
-        forward tokens, ``completion_tokens`` the sampled tokens that carried loss.
-
-    Raises:
-        TrainingError: no example fits ``max_seq_len``, or the loss became NaN / infinite.
-    """
-    # ---- data
-    eos_id = tokenizer.eos_token_id if eos_id is None else eos_id
-    eos_ids = sorted({eos_id} | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
-    enc, dropped = encode_pairs(tokenizer, examples, cfg.max_seq_len, cfg.sample_tokens)
-    steps, plan = step_plan(len(enc), dropped, cfg, f" with {cfg.sample_tokens} sampled tokens")
-
-    # ---- model and optimizer
-    peft_model, params, opt, sched = lora_and_optimizer(model, cfg, peft_config, steps)
-    device = next(peft_model.parameters()).device
-
-    # ---- loop
-    progress, bar = progress_bar(console, steps)
-    result = TrainResult(0, 0, 0, math.nan, math.nan, 0.0, 0.0, len(enc), dropped)
-    t0 = time.perf_counter()
-    try:
-        for step, micro in enumerate(plan):
-            flat = [i for mb in micro for i in mb]
-            comps = sample_completions(peft_model, [enc[i].student for i in flat], cfg.sample_tokens, cfg.temperature,
-                                       eos_ids, pad_id, (cfg.seed * 1_000_003 + step) % 2**32)
-            n_step = sum(len(c) for c in comps)
-            drawn = iter(comps)
-            step_loss = 0.0
-            for mb in micro:
-                keep = [(i, c) for i, c in ((i, next(drawn)) for i in mb) if c]
-                if not keep:
-                    continue
-                student = collate([as_example(enc[i].student, c) for i, c in keep], pad_id, device)
-                with_context = collate([as_example(enc[i].teacher, c) for i, c in keep], pad_id, device)
-                s_logits = completion_logits(peft_model, student)  # (N, V), with gradient
-                with torch.no_grad(), (peft_model.disable_adapter() if teacher is None else contextlib.nullcontext()):
-                    # (N, V): the frozen starting policy with the context
-                    t_logits = completion_logits(peft_model if teacher is None else teacher, with_context)
-                loss = reverse_kl(s_logits, t_logits).sum() / n_step
-                step_loss += backward(loss, step, cfg)
-                result.tokens += int(student["attention_mask"].sum()) + int(with_context["attention_mask"].sum())
-                result.completion_tokens += int(student["target_mask"].sum())
-            optimizer_step(params, opt, sched, cfg)
-            record_step(result, step, step_loss, progress, bar, t0)
-    finally:
-        if progress is not None:
-            progress.stop()
-    return finish_run(peft_model, result, t0)
-
-
 def as_example(prompt: list[int], completion: list[int]) -> EncodedExample:
     """A prompt and a sampled completion in the supervised collate's form (every token weight 1)."""
     return EncodedExample(prompt + completion, len(prompt), [math.nan] * len(completion), False)
+
+
+class OnPolicyContextDistillation(Objective):
+    """``opcd`` (see the module docstring): each optimizer step samples from the student, then matches the teacher.
+
+    Each step samples one completion per example of its micro-batches from the current student
+    (``cfg.temperature``, at most ``cfg.sample_tokens`` tokens); the loss of a micro-batch is
+    ``Σ_t KL(π_s(· | x, y_<t) ‖ π_t(· | c, x, y_<t))`` over the sampled tokens t, with x the bare
+    chat, c the lessons / hint and π_t the frozen starting policy (the base model with the adapter
+    disabled, or the run's ``teacher``). ``tokens`` counts the student's and the teacher's forward
+    tokens, ``completion_tokens`` the sampled tokens that carried loss.
+    """
+
+    def build_dataset(self, rollouts: Sequence[Any], ctx: DataContext) -> DistillDataset:
+        if ctx.count_tokens is None:
+            raise ValueError("opcd's data needs the solver's token count (DataContext.count_tokens)")
+        lessons_now = library_lessons(ctx.store, ctx.lesson_tokens, ctx.count_tokens, ctx.exclude)
+        return build_opcd_dataset(rollouts, strip_lessons_section, lessons_now)
+
+    def require(self, data: DistillDataset, ctx: DataContext) -> None:
+        require_opcd_examples(data, ctx.session)
+
+    def encode(self, tokenizer: Any, examples: Sequence[Any], cfg: Any, eos_id: int) -> Encoded:
+        items, dropped = encode_pairs(tokenizer, examples, cfg.max_seq_len, cfg.sample_tokens)
+        return Encoded(items, dropped, f" with {cfg.sample_tokens} sampled tokens")
+
+    def step_batches(self, run: TrainRun, items: Sequence[Any], micro: Sequence[Sequence[int]],
+                     step: int) -> tuple[int, Iterable[Any]]:
+        """Sample the step's completions from the student as it is now; micro-batches of (student, teacher) chats."""
+        cfg = run.cfg
+        flat = [i for mb in micro for i in mb]
+        comps = sample_completions(run.model, [items[i].student for i in flat], cfg.sample_tokens, cfg.temperature,
+                                   run.eos_ids, run.pad_id, (cfg.seed * 1_000_003 + step) % 2**32)
+        drawn = iter(comps)
+        batches = []
+        for mb in micro:
+            keep = [(i, c) for i, c in ((i, next(drawn)) for i in mb) if c]
+            if keep:
+                batches.append((collate([as_example(items[i].student, c) for i, c in keep], run.pad_id, run.device),
+                                collate([as_example(items[i].teacher, c) for i, c in keep], run.pad_id, run.device)))
+        return sum(len(c) for c in comps), batches
+
+    def micro_batch_loss(self, run: TrainRun, batch: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]) -> LossParts:
+        student, with_context = batch
+        s_logits = completion_logits(run.model, student)  # (N, V), with gradient
+        with torch.no_grad(), (run.model.disable_adapter() if run.teacher is None else contextlib.nullcontext()):
+            # (N, V): the frozen starting policy with the context
+            t_logits = completion_logits(run.model if run.teacher is None else run.teacher, with_context)
+        tokens = int(student["attention_mask"].sum()) + int(with_context["attention_mask"].sum())
+        return LossParts(reverse_kl(s_logits, t_logits).sum(), tokens, int(student["target_mask"].sum()))

@@ -1,0 +1,38 @@
+"""A training objective written outside the project, as a newcomer adds one: label-smoothed SFT.
+
+The whole objective is this module plus one :func:`arena.objectives.register` call (the test does it):
+the data of ``sft`` (unguided successes in their sampling context) and a cross-entropy whose target is
+mixed with the uniform distribution, ε = 0.1 (Szegedy et al. 2016, "Rethinking the Inception
+Architecture", arXiv 1512.00567; ``torch.nn.functional.cross_entropy(label_smoothing=ε)``).
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from arena.distill.data import build_dataset, require_examples
+from arena.distill.objectives.base import Encoded, LossParts, Objective
+from arena.distill.trainer import completion_logits, encode_examples
+from arena.objectives import ObjectiveSpec
+
+SMOOTHING = 0.1
+SPEC = ObjectiveSpec("smoothed-sft", "sft with label smoothing 0.1", "supervised", "toy_objective:LabelSmoothedSFT",
+                     "Szegedy et al. 2016 (arXiv 1512.00567)", kinds=("context", "guided", "sft"))
+
+
+class LabelSmoothedSFT(Objective):
+    def build_dataset(self, rollouts, ctx):
+        # sft's selection (its chats keep their lessons, so nothing is stripped), recorded under this objective's name
+        return build_dataset(rollouts, "sft", ctx.success_threshold, lambda chat: chat, name=self.name)
+
+    def require(self, data, ctx):
+        require_examples(data, ctx.session, ctx.success_threshold)
+
+    def encode(self, tokenizer, examples, cfg, eos_id):
+        return Encoded(*encode_examples(tokenizer, examples, cfg.max_seq_len, eos_id))
+
+    def micro_batch_loss(self, run, batch):
+        tm = batch["target_mask"]
+        targets = batch["input_ids"][:, 1:][tm]
+        loss = F.cross_entropy(completion_logits(run.model, batch), targets, reduction="none", label_smoothing=SMOOTHING)
+        return LossParts(loss.sum(), int(batch["attention_mask"].sum()), int(tm.sum()))
