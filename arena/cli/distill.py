@@ -15,7 +15,7 @@ from rich.table import Table
 
 from arena.cli.critic import critic_calibrate
 from arena.cli.support import EXIT_INTERRUPTED, config_error, fail, fmt_rate, quiet_libraries, require_db_file
-from arena.objectives import choices_help
+from arena.objectives import choices_help, get_objective
 
 
 def _print_eval_table(title: str, evals: dict, console: Console) -> None:
@@ -67,6 +67,10 @@ def distill(
     console = Console(stderr=True)
     store = None
     try:
+        try:
+            get_objective(objective)  # before its default dropout is looked up
+        except ValueError as e:
+            raise fail(f"--objective: {e}") from None
         cfg = DistillConfig(
             objective=objective, success_threshold=success_threshold, lesson_tokens=lesson_tokens,
             eval_max_tokens=eval_max_tokens, min_guided_log_ratio=min_guided_log_ratio, min_examples=min_examples,

@@ -210,7 +210,8 @@ def test_bad_adapters_and_inputs_are_one_line(db, tiny, tmp_path, arena_inproc):
     assert_one_line_error(proc, "no database at")
     assert not (tmp_path / "nope.db").exists()
     proc = arena("distill", "--db", str(db), "--objective", "rl")
-    assert_one_line_error(proc, "objective")
+    assert_one_line_error(proc, "--objective: unknown objective 'rl'; choose one of distill, sft, guided-unweighted, grpo, "
+                                "guide-grpo, opcd")
     proc = arena("distill", "--db", str(db), "--session", "ghost", "--base-model", str(tiny))
     assert_one_line_error(proc, "no session named 'ghost'")
     proc = arena("distill", "--db", str(db), "--rank", "0")
