@@ -57,7 +57,7 @@ BASELINE_MISSING = (
 # project is measured on (2 cores; shared/DESIGN.md "Known figures": ~85–110, 91 on the bench's own prompts).
 KNOWN_LLAMACPP_TOK_S: dict[int, tuple[float, float]] = {2: (85.0, 110.0)}
 FAR = 0.25  # a baseline more than 25% outside its known range is a measurement bug, not a figure
-MAX_LOAD = 1.0  # the 1-minute load average a run must start below (README: "uptime below 1 before you start")
+MAX_LOAD = 1.0  # the 1-minute load average a run must start below (docs/howto/bench.md, "Rollout speed": a ratio is refused otherwise)
 KNOWN_MIN_TOKENS = 64  # the known figure is for completions this long or longer (short ones are prompt-bound)
 
 

@@ -213,7 +213,7 @@ def hint(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict:
 def _solver_feedback(g: GradeEntry) -> str | None:
     """What a ``feedback`` hint may show the solver of a grade: None (the critique itself) for a verifier's
     grade; a rubric grade's ``feedback`` (its reward and verifier note), never the judge's critique, which
-    names rubric criteria (README "Who sees what")."""
+    names rubric criteria (docs/architecture.md, "Who sees what")."""
     if g.get("reward_kind", "verifier") == "verifier":
         return None
     return g.get("feedback") or ""

@@ -4,7 +4,7 @@ A :class:`Task` is one prompt with a verifier; the sources that make tasks are
 :mod:`arena.tasks.gym` (reasoning-gym families) and :mod:`arena.tasks.jsonl` (JSONL files),
 the verifiers are in :mod:`arena.tasks.verify`. The reference ``answer`` reaches the verifier, the
 teacher's hint step and the proposer; the solver reads it only in a guided re-attempt's ``answer``
-hint, which a rubric-only task never gets (README "Who sees what").
+hint, which a rubric-only task never gets (docs/architecture.md, "Who sees what").
 """
 
 from __future__ import annotations

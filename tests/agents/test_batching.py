@@ -24,7 +24,7 @@ QUESTIONS = ["Hi.", "What is 17 - 5 + 3 - 9? Explain every step carefully, then 
 @pytest.fixture(scope="module")
 def tiny_cpu(tiny_dir):
     # fp32: these tests check that batching alone leaves a row's tokens unchanged; bf16's rounding (~1e-2 relative)
-    # flips near-tied tokens between batch shapes (README, "Per-row randomness"), fp32's (~1e-6) practically never
+    # flips near-tied tokens between batch shapes (docs/howto/speed.md, "Per-row randomness"), fp32's (~1e-6) practically never
     policy = LocalPolicy(model_dir=tiny_dir, device="cpu", batch_window_s=0.2, dtype=torch.float32)
     policy.load()
     return policy

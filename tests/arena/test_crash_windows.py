@@ -100,7 +100,7 @@ def stored_rollouts(db: Path) -> list[tuple]:
 
 
 def allowed_ids(rows: list[tuple]) -> set[int]:
-    """Written out from the rule (README: never ungraded, cut, undecided or flagged), independently of the code."""
+    """Written out from the rule (docs/howto/distill.md, "Objectives": never ungraded, cut, undecided or flagged), independently of the code."""
     return {i for i, reward, status, flags, fault in rows
             if reward is not None and status == "graded" and json.loads(flags or "null") == [] and fault is None}
 

@@ -1,4 +1,4 @@
-"""README "Who sees what", one test per row: the prompts each role is sent, recorded by fake policies.
+"""docs/architecture.md "Who sees what", one test per row: the prompts each role is sent, recorded by fake policies.
 
 One scripted rubric session (explicit judge, every group fails, so every train task gets a
 ``plan,feedback,answer`` hint and a guided re-attempt, and the teacher reflects on every group)
