@@ -200,7 +200,7 @@ register(ObjectiveSpec(
     kinds=("context", "guided", "sft"), dropout=0.0, sampling_temperature=True, needs=_TRAIN_SCORE))
 register(ObjectiveSpec(
     "sft", "rejection-sampling SFT on unguided successes in their sampling context", "supervised", _SUPERVISED,
-    "rejection sampling fine-tuning (RFT, Yuan et al. 2023, arXiv 2308.01825)",
+    "STaR, Zelikman et al. 2022 (arXiv 2203.14465)",
     kinds=("context", "guided", "sft"), trl_baseline="SFTTrainer"))
 register(ObjectiveSpec(
     "guided-unweighted", "distill without Guide's importance weights (the ablation)", "supervised", _SUPERVISED,

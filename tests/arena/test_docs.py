@@ -1,4 +1,4 @@
-"""The docs stay true to the program: the CLI reference is what docs/gen_cli_reference.py writes from the typer
+"""The docs stay true to the program: the CLI reference is what docs/gen_reference.py writes from the typer
 app now, the README fits on a screen, links only to files that exist and shares its commands and its picture of the
 loop with the docs, and CI runs the README's test command.
 
@@ -23,7 +23,7 @@ def readme_blocks(path: Path = README) -> list[str]:
 
 
 def load_generator():
-    spec = importlib.util.spec_from_file_location("gen_cli_reference", ROOT / "docs" / "gen_cli_reference.py")
+    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "docs" / "gen_reference.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -32,7 +32,17 @@ def load_generator():
 def test_cli_reference_is_generated_from_the_app():
     gen = load_generator()
     committed = gen.OUT.read_text(encoding="utf-8")
-    assert committed == gen.render(), "docs/reference/cli.md is stale: run python docs/gen_cli_reference.py"
+    assert committed == gen.render(), "docs/reference/cli.md is stale: run python docs/gen_reference.py"
+
+
+def test_objectives_reference_is_generated_from_the_registry():
+    from arena.objectives import objective_names
+
+    gen = load_generator()
+    committed = gen.OBJECTIVES_OUT.read_text(encoding="utf-8")
+    assert committed == gen.render_objectives(), "docs/reference/objectives.md is stale: run python docs/gen_reference.py"
+    rows = [line for line in committed.splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == list(objective_names())
 
 
 def test_cli_reference_does_not_depend_on_the_terminal(monkeypatch):

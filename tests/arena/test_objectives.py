@@ -72,6 +72,15 @@ def test_every_list_of_names_is_the_registry(toy):
         assert f"{name} (" in help_text, name
 
 
+def test_the_architecture_pages_walk_through_is_the_toy_objective():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = page.split("This is `tests/arena/toy_objective.py`, whole:\n\n```python\n", 1)[1].split("```", 1)[0]
+    assert (root / "tests" / "arena" / "toy_objective.py").read_text(encoding="utf-8").endswith(block)
+
+
 def test_register_refuses_bad_specs():
     base = dict(help="h", family="supervised", implementation="m:C", source="s", kinds=("sft",))
     with pytest.raises(ValueError, match="registered already"):

@@ -16,7 +16,7 @@ from arena.cli import app
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-CLI_REFERENCE = DOCS / "reference" / "cli.md"  # generated from the app itself (docs/gen_cli_reference.py)
+CLI_REFERENCE = DOCS / "reference" / "cli.md"  # generated from the app itself (docs/gen_reference.py)
 
 
 def doc_files(*, generated: bool = True) -> list[Path]:

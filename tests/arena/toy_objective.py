@@ -1,9 +1,10 @@
 """A training objective written outside the project, as a newcomer adds one: label-smoothed SFT.
 
-The whole objective is this module plus one :func:`arena.objectives.register` call (the test does it):
-the data of ``sft`` (unguided successes in their sampling context) and a cross-entropy whose target is
-mixed with the uniform distribution, ε = 0.1 (Szegedy et al. 2016, "Rethinking the Inception
-Architecture", arXiv 1512.00567; ``torch.nn.functional.cross_entropy(label_smoothing=ε)``).
+The whole objective is this module plus one :func:`arena.objectives.register` call (the test does it): the data
+of ``sft`` (unguided successes in their sampling context) and a cross-entropy whose target is mixed with the
+uniform distribution, ε = 0.1 (Szegedy et al. 2016, "Rethinking the Inception Architecture", arXiv 1512.00567;
+``torch.nn.functional.cross_entropy(label_smoothing=ε)``). docs/architecture.md shows the code below it, whole
+(tests/arena/test_objectives.py checks that the page and this file agree).
 """
 
 from __future__ import annotations
@@ -15,14 +16,12 @@ from arena.distill.objectives.base import Encoded, LossParts, Objective
 from arena.distill.trainer import completion_logits, encode_examples
 from arena.objectives import ObjectiveSpec
 
-SMOOTHING = 0.1
 SPEC = ObjectiveSpec("smoothed-sft", "sft with label smoothing 0.1", "supervised", "toy_objective:LabelSmoothedSFT",
                      "Szegedy et al. 2016 (arXiv 1512.00567)", kinds=("context", "guided", "sft"))
 
 
 class LabelSmoothedSFT(Objective):
     def build_dataset(self, rollouts, ctx):
-        # sft's selection (its chats keep their lessons, so nothing is stripped), recorded under this objective's name
         return build_dataset(rollouts, "sft", ctx.success_threshold, lambda chat: chat, name=self.name)
 
     def require(self, data, ctx):
@@ -34,5 +33,5 @@ class LabelSmoothedSFT(Objective):
     def micro_batch_loss(self, run, batch):
         tm = batch["target_mask"]
         targets = batch["input_ids"][:, 1:][tm]
-        loss = F.cross_entropy(completion_logits(run.model, batch), targets, reduction="none", label_smoothing=SMOOTHING)
+        loss = F.cross_entropy(completion_logits(run.model, batch), targets, reduction="none", label_smoothing=0.1)
         return LossParts(loss.sum(), int(batch["attention_mask"].sum()), int(tm.sum()))
