@@ -33,7 +33,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agents.policy import Completion, EndpointFault, Message, Policy, PolicyError
+from agents.capabilities import Capability
+from agents.policy import BasePolicy, Completion, EndpointFault, Message, Policy, PolicyError, RoleStats
 from arena.episode.calibration import expected_calibration_error
 from arena.episode.rewards import RubricReward
 from arena.stats import paired_comparison, wilson_interval
@@ -131,20 +132,54 @@ def load_fixtures(path: str | Path = FIXTURES, tasks_file: str | Path = BUILTIN_
     return out
 
 
-class _CountingJudge:
-    """A judge policy that adds up the completion tokens it sampled (everything else is the wrapped policy's)."""
+class _CountingJudge(BasePolicy):
+    """A judge policy that adds up the completion tokens it sampled; every declared member is the wrapped policy's."""
 
     def __init__(self, inner: Policy) -> None:
         self.inner = inner
         self.completion_tokens = 0
 
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.inner.name
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
+        return self.inner.capabilities
+
+    @property
+    def context_window(self) -> int | None:  # type: ignore[override]
+        return self.inner.context_window
+
+    @property
+    def stats(self) -> RoleStats | None:  # type: ignore[override]
+        return self.inner.stats
+
+    @property
+    def adapter(self) -> Path | None:  # type: ignore[override]
+        return self.inner.adapter
+
+    @property
+    def dtype(self) -> Any:  # type: ignore[override]
+        return self.inner.dtype
+
     def sample(self, messages: Sequence[Message], n: int = 1, **kwargs: Any) -> list[Completion]:
+        """The wrapped policy's :meth:`~agents.policy.Policy.sample` (prefill / json_schema passed on), its tokens counted."""
         out = self.inner.sample(messages, n=n, **kwargs)
         self.completion_tokens += sum(c.completion_tokens for c in out)
         return out
 
-    def __getattr__(self, name: str) -> Any:  # supports_prefill, supports_json_schema, count_tokens, ...
-        return getattr(self.inner, name)
+    def logprobs(self, messages: Sequence[Message], completion: str) -> list[float]:
+        return self.inner.logprobs(messages, completion)
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def load(self) -> None:
+        self.inner.load()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def check_judge_args(mode: str, threshold: float) -> None:
@@ -282,17 +317,14 @@ def bench_judges(
         try:
             t0 = time.perf_counter()
             policy = make(spec)
-            load = getattr(policy, "load", None)
-            if callable(load):
-                load()  # outside the timed judging
+            policy.load()  # outside the timed judging
             load_s = time.perf_counter() - t0
             results[spec] = {**judge_accuracy(fixtures, policy, mode, threshold, **kwargs), "load_s": round(load_s, 2)}
         except (PolicyError, EndpointFault, RuntimeError, OSError) as e:  # recorded; the other judges still run
             results[spec] = {"error": " ".join(str(e).split()) or type(e).__name__}
         finally:
-            close = getattr(policy, "close", None)
-            if callable(close):
-                close()
+            if policy is not None:
+                policy.close()
             del policy
             gc.collect()
         if log:

@@ -337,7 +337,7 @@ def rescore_pi_old(store: LessonStore, session: str, data: DistillDataset, polic
     """
     from agents.backends.local import LocalPolicy
 
-    own = Path(policy.adapter).resolve() if getattr(policy, "adapter", None) is not None else None
+    own = Path(policy.adapter).resolve() if policy.adapter is not None else None
     scorers: dict[str | None, Any] = {}
 
     def scorer(adapter_id: str | None) -> Any:
@@ -428,7 +428,7 @@ def train_and_save(
     teacher = None
     if cfg.objective in ON_POLICY_OBJECTIVES:
         fit: Any = train_opcd
-        if getattr(policy, "adapter", None) is not None:  # continuing an adapter: it, frozen, is the teacher
+        if policy.adapter is not None:  # continuing an adapter: it, frozen, is the teacher
             from agents.backends.local import LocalPolicy
 
             teacher = LocalPolicy(model_dir=policy.model_dir, device=policy.device, dtype=policy.dtype,

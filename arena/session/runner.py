@@ -169,9 +169,9 @@ def role_speed(roles: Roles, wall_time_s: float) -> dict[str, dict]:
         "share_of_wall"}}`` for solver, teacher, critic and proposer where present.
     """
     out: dict[str, dict] = {}
-    for role in ("solver", "teacher", "critic", "proposer"):
-        policy = getattr(roles, role, None)
-        stats = getattr(policy, "stats", None)
+    for role, policy in (("solver", roles.solver), ("teacher", roles.teacher), ("critic", roles.critic),
+                         ("proposer", roles.proposer)):
+        stats = policy.stats if policy is not None else None
         if policy is None or stats is None or not stats.calls:
             continue
         row = {"model": policy.name, **stats.as_dict()}
@@ -190,7 +190,7 @@ def check_prompt_lengths(solver: Policy, tasks: Sequence[Task], cfg: SessionConf
     Raises:
         ConfigError: naming the first task that does not fit and how to fix it.
     """
-    window = getattr(solver, "context_window", None)
+    window = solver.context_window
     if not window:
         return
     overhead = solver.count_tokens(solver_messages("")[0]["content"]) + 16  # chat-template tokens
@@ -220,7 +220,7 @@ def checkpoint_path(store: LessonStore) -> Path:
 
 def sampling_dtype(solver: Policy) -> str | None:
     """The dtype a local solver samples in (``fp32`` / ``bf16``, :func:`agents.backends.local.dtype_name`); None for an API solver."""
-    dtype = getattr(solver, "dtype", None)
+    dtype = solver.dtype
     if dtype is None:
         return None
     from agents.backends.local import dtype_name
@@ -744,16 +744,14 @@ def adapter_label(store: LessonStore, adapter: str | None) -> str | None:
     return info.adapter_id if info is not None else Path(adapter).name[:50]
 
 
-def swap_solver(old: Any, new: Any, roles: Roles) -> Any:
+def swap_solver(old: Solver, new: Solver, roles: Roles) -> Solver:
     """Make ``new`` the solver; close ``old``'s model unless another role shares it (its decoder thread holds it).
 
-    The solver's counters (``stats``, tokens/s in the summary) carry over to the new model."""
-    if getattr(old.policy, "stats", None) is not None and hasattr(new.policy, "stats") and old.policy is not new.policy:
+    The solver's counters (``stats``, tokens/s in the summary) carry over to the new model where both keep them."""
+    if old.policy.stats is not None and new.policy.stats is not None and old.policy is not new.policy:
         new.policy.stats = old.policy.stats
     if old.policy is not new.policy and all(old.policy is not p for p in (roles.teacher, roles.critic, roles.proposer)):
-        close = getattr(old.policy, "close", None)
-        if close is not None:
-            close()
+        old.policy.close()
     return new
 
 
