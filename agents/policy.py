@@ -158,8 +158,11 @@ class Policy(Protocol):
     Attributes:
         name: the policy's name in stored rows and the summary (``"openai:<model>"`` …).
         capabilities: what the backend can do beyond sampling (:class:`agents.capabilities.Capability`);
-            callers branch on :func:`agents.capabilities.has_capability`, and the capability's typed
-            protocol (:class:`BatchSampler`, :class:`PrefillSampler`, :class:`SchemaSampler`) gives the call.
+            callers branch on :func:`agents.capabilities.has_capability`. The call a capability adds:
+            SAMPLE_BATCH, :meth:`BatchSampler.sample_batch`; PREFILL, ``sample(..., prefill="text")``
+            (the reply continues it; it is not part of the returned text); JSON_SCHEMA,
+            ``sample(..., json_schema=schema)`` (decoded under it; a prefill is dropped with a schema);
+            SCORE, :meth:`logprobs` returns (it raises :class:`LogprobsUnavailable` otherwise).
         context_window: prompt + completion tokens the model takes, or None where unknown (an endpoint).
         stats: the model's call, token and busy-second counters (:class:`RoleStats`), or None where the
             backend keeps none (an endpoint, a test double).
@@ -265,41 +268,6 @@ class BatchSampler(Policy, Protocol):
         Args:
             chats: the chats; temperature, max_tokens, stop, seed: as :meth:`Policy.sample`.
         """
-        ...
-
-
-class PrefillSampler(Policy, Protocol):
-    """:attr:`Capability.PREFILL`: ``sample`` takes ``prefill``, text the assistant turn starts with."""
-
-    def sample(
-        self,
-        messages: Sequence[Message],
-        n: int = 1,
-        temperature: float = 0.7,
-        max_tokens: int = 256,
-        stop: Sequence[str] | None = None,
-        seed: int | None = None,
-        prefill: str = "",
-    ) -> list[Completion]:
-        """As :meth:`Policy.sample`, the reply continuing ``prefill`` (which is not part of the returned text)."""
-        ...
-
-
-class SchemaSampler(Policy, Protocol):
-    """:attr:`Capability.JSON_SCHEMA`: ``sample`` takes ``json_schema``, a schema the reply is decoded under."""
-
-    def sample(
-        self,
-        messages: Sequence[Message],
-        n: int = 1,
-        temperature: float = 0.7,
-        max_tokens: int = 256,
-        stop: Sequence[str] | None = None,
-        seed: int | None = None,
-        prefill: str = "",
-        json_schema: dict | None = None,
-    ) -> list[Completion]:
-        """As :meth:`Policy.sample`, decoded under ``json_schema`` (a prefill is dropped with a schema)."""
         ...
 
 
