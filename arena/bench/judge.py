@@ -17,7 +17,7 @@ accuracy with its 95% Wilson interval (:func:`arena.stats.wilson_interval`) coun
 completions (the judge's reply stayed unusable) as wrong, and among the graded ones; the expected
 calibration error of the judge's reward against the labels (:func:`arena.episode.calibration.expected_calibration_error`);
 per-family accuracy; wall time and the judge's completion tokens/s. The judges are role specs
-(:func:`arena.session.runner.make_policy`), loaded one at a time and closed after; ``local`` (SmolLM2-135M)
+(:func:`agents.backends.registry.build_policy`), loaded one at a time and closed after; ``local`` (SmolLM2-135M)
 is the named baseline, measured in the same run, and every other judge is compared with it on the
 same fixtures (paired difference, exact McNemar p: :func:`arena.stats.paired_comparison`).
 """
@@ -294,7 +294,7 @@ def bench_judges(
         specs: role specs (``local``, ``qwen2.5-coder-1.5b``, ``openai:MODEL``, ``llamacpp:PATH``), in order.
         fixtures: the labelled completions.
         mode, threshold: as :func:`judge_accuracy` (``kwargs`` go there too).
-        make: spec → policy (default :func:`arena.session.runner.make_policy`); tests pass fakes.
+        make: spec → policy (default :func:`agents.backends.registry.build_policy`); tests pass fakes.
         log: progress lines (one per judge), or None.
 
     Returns:
@@ -308,7 +308,7 @@ def bench_judges(
     """
     check_judge_args(mode, threshold)
     if make is None:
-        from arena.session.runner import make_policy as make
+        from agents.backends.registry import build_policy as make
     results: dict[str, dict[str, Any]] = {}
     for spec in dict.fromkeys(specs):  # a spec given twice is measured once
         if log:

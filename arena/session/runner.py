@@ -24,7 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agents.policy import EndpointFault, Policy, PolicyError
+from agents.backends.registry import build_policy, parse_spec, preflight
+from agents.policy import EndpointFault, Policy
 from agents.roles.solver import solver_messages
 from arena.config import ConfigError, SessionConfig
 from arena.distill.data import NoTrainingData
@@ -61,53 +62,14 @@ from lessons.outcomes import (
 log = logging.getLogger(__name__)
 
 
-def make_policy(spec: str, adapter: Path | None = None, timeout_s: float = 600.0, in_flight: int = 1) -> Policy:
-    """The policy a role spec names, checked before any work.
-
-    Args:
-        spec: ``local`` (SmolLM2-135M in torch), ``openai:MODEL`` (an OpenAI-compatible endpoint),
-            ``llamacpp:PATH`` (a GGUF in process) or ``qwen2.5-coder-1.5b`` (the embedded teacher,
-            assembled into the cache on first use: :mod:`agents.backends.teacher_files`).
-        adapter: a LoRA adapter for ``local``.
-        timeout_s: per-request timeout of an endpoint, seconds.
-        in_flight: an endpoint's requests in flight at once.
-
-    Raises:
-        agents.policy.PolicyError: an endpoint is unreachable, a model does not exist, a GGUF is
-            missing or broken, or the embedded teacher cannot be assembled (one line each).
-    """
-    if spec == "local":
-        from agents.backends.local import LocalPolicy
-
-        return LocalPolicy(adapter=adapter)
-    if spec.startswith("openai:"):
-        from agents.backends.openai_backend import OpenAIPolicy
-
-        p = OpenAIPolicy(spec.split(":", 1)[1], timeout_s=timeout_s, max_concurrency=in_flight)
-        p.check()
-        return p
-    from agents.backends.llamacpp import LlamaCppPolicy
-    from agents.backends.teacher_files import EMBEDDED_TEACHER, TeacherFilesError, embedded_teacher_path
-
-    if spec == EMBEDDED_TEACHER:
-        try:
-            path = embedded_teacher_path()
-        except TeacherFilesError as e:
-            raise PolicyError(str(e)) from None
-        llm = LlamaCppPolicy(path, name=spec)
-    elif spec.startswith("llamacpp:"):
-        llm = LlamaCppPolicy(Path(spec.split(":", 1)[1]))
-    else:
-        raise PolicyError(f"unknown model {spec!r}; use local, openai:MODEL, llamacpp:PATH or {EMBEDDED_TEACHER}")
-    llm.load()  # a GGUF llama.cpp cannot load (an unknown architecture) fails here, before any work, not mid-session
-    return llm
-
-
 def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
-    """Policies for the roles named in ``cfg``; roles that say ``local`` share one loaded model.
+    """Policies for the roles named in ``cfg``, built by the backend registry; roles that say ``local`` share one loaded model.
 
-    ``adapter`` (default ``cfg.adapter``): a LoRA adapter applied to the local SOLVER only; a
-    local teacher or critic then gets its own copy of the base model.
+    Each spec is built once per :meth:`agents.backends.registry.RoleSpec.instance_key` (its text, its
+    adapter where the kind loads one, its in-flight bound where it is an endpoint) by
+    :func:`agents.backends.registry.build_policy`. ``adapter`` (default ``cfg.adapter``): a LoRA
+    adapter applied to the local SOLVER only; a local teacher or critic then gets its own copy of
+    the base model.
 
     Raises:
         agents.policy.PolicyError: an endpoint is unreachable or a model does not exist
@@ -119,17 +81,15 @@ def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
         adapter = Path(cfg.adapter)
 
     def policy(spec: str, lora: Path | None = None, in_flight: int = cfg.teacher_in_flight) -> Policy:
-        key = (spec, lora if spec == "local" else None, in_flight if spec.startswith("openai:") else 0)
+        key = parse_spec(spec).instance_key(lora, in_flight)
         if key not in cache:
-            cache[key] = make_policy(spec, lora, cfg.request_timeout_s, in_flight)
+            cache[key] = build_policy(spec, lora, cfg.request_timeout_s, in_flight)
         return cache[key]
 
     proposes = cfg.proposer != "teacher" and cfg.proposals_per_round > 0
-    if not proposes and cfg.proposer.startswith("llamacpp:"):
+    if not proposes and cfg.proposer != "teacher":
         # named but unused (a fixed curriculum): still a file llama.cpp could load, as the unused --sleep-* flags are checked
-        from agents.backends.llamacpp import LlamaCppPolicy
-
-        LlamaCppPolicy(Path(cfg.proposer.split(":", 1)[1])).check()
+        preflight(cfg.proposer)
     return Roles(
         solver=policy(cfg.solver, adapter, cfg.solver_in_flight),
         teacher=policy(cfg.teacher),
