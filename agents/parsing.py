@@ -18,6 +18,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from agents.capabilities import Capability, has_capability
+from agents.policy import Policy
 from lessons.text import neutralise_model_text
 
 M = TypeVar("M", bound=BaseModel)
@@ -164,8 +166,24 @@ def parse_with_retry(ask: Callable[[str | None], str], model: type[M], retries: 
     return ParseOutcome(None, error, raw)
 
 
+def reply_constraints(policy: Policy, prefill: str, json_schema: dict | None) -> tuple[str, dict | None]:
+    """The ``(prefill, json_schema)`` a reply of ``policy`` is asked with: each kept only where the backend declares it.
+
+    A JSON schema is kept where ``policy`` declares :attr:`Capability.JSON_SCHEMA` (llama.cpp's grammar from a
+    JSON schema); the prefill where it declares :attr:`Capability.PREFILL` and no schema is kept (the grammar
+    starts at the reply's first character). Either is ``""`` / None otherwise.
+
+    Args:
+        policy: the backend that will be asked.
+        prefill: text the reply should start with ("" for none).
+        json_schema: a schema the reply should follow, or None.
+    """
+    schema = json_schema if json_schema is not None and has_capability(policy, Capability.JSON_SCHEMA) else None
+    return (prefill if has_capability(policy, Capability.PREFILL) and schema is None else ""), schema
+
+
 def sample_and_parse(
-    policy: Any,
+    policy: Policy,
     messages: Sequence[dict[str, str]],
     model: type[M],
     retry_template: str,
@@ -181,17 +199,16 @@ def sample_and_parse(
     The retry appends the bad reply and ``retry_template.format(error=...)`` to ``messages``
     and samples with ``seed + attempt`` (the same seed often reproduces the same bad reply); the
     bad reply is neutralised (:func:`lessons.text.neutralise_model_text`) before it is shown again.
-    ``prefill`` starts the reply on backends that support it (``policy.supports_prefill``)
-    and is part of the returned raw text. ``json_schema`` constrains decoding on backends that
-    support it (``policy.supports_json_schema``: llama.cpp's grammar from a JSON schema); the
-    prefill is then dropped, since the grammar starts at the reply's first character. Shared by
-    the teacher and the task proposer.
+    ``prefill`` starts the reply on backends that declare :attr:`Capability.PREFILL` and is part of
+    the returned raw text. ``json_schema`` constrains decoding on backends that declare
+    :attr:`Capability.JSON_SCHEMA` (llama.cpp's grammar from a JSON schema); the prefill is then
+    dropped, since the grammar starts at the reply's first character (:func:`reply_constraints`).
+    Shared by the teacher and the task proposer.
 
     Returns:
         A :class:`ParseOutcome`; never raises on bad model output.
     """
-    schema = json_schema if json_schema is not None and getattr(policy, "supports_json_schema", False) else None
-    prefill = prefill if getattr(policy, "supports_prefill", False) and schema is None else ""
+    prefill, schema = reply_constraints(policy, prefill, json_schema)
     replies: list[str] = []
 
     def ask(error: str | None) -> str:

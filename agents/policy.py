@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+
+from agents.capabilities import Capability, has_capability
+
+if TYPE_CHECKING:
+    import torch
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -144,10 +150,33 @@ class Policy(Protocol):
 
     Implementations: :class:`agents.backends.local.LocalPolicy` (SmolLM2 in torch),
     :class:`agents.backends.openai_backend.OpenAIPolicy` (any OpenAI-compatible server),
-    :class:`agents.backends.fake.FakePolicy` (deterministic, for tests).
+    :class:`agents.backends.llamacpp.LlamaCppPolicy` (a GGUF in process, generation only),
+    :class:`agents.backends.fake.FakePolicy` (deterministic, for tests). Each inherits
+    :class:`BasePolicy`, which gives the declared members below their "not known / nothing to do"
+    values, so no caller looks for an attribute with ``getattr``.
+
+    Attributes:
+        name: the policy's name in stored rows and the summary (``"openai:<model>"`` …).
+        capabilities: what the backend can do beyond sampling (:class:`agents.capabilities.Capability`);
+            callers branch on :func:`agents.capabilities.has_capability`. The call a capability adds:
+            SAMPLE_BATCH, :meth:`BatchSampler.sample_batch`; PREFILL, ``sample(..., prefill="text")``
+            (the reply continues it; it is not part of the returned text); JSON_SCHEMA,
+            ``sample(..., json_schema=schema)`` (decoded under it; a prefill is dropped with a schema);
+            SCORE, :meth:`logprobs` returns (it raises :class:`LogprobsUnavailable` otherwise).
+        context_window: prompt + completion tokens the model takes, or None where unknown (an endpoint).
+        stats: the model's call, token and busy-second counters (:class:`RoleStats`), or None where the
+            backend keeps none (an endpoint, a test double).
+        adapter: the LoRA adapter directory applied on top of local weights, or None (the base model,
+            or a backend without local weights; an endpoint serves an adapter under its model name).
+        dtype: the torch dtype local weights sample and score in, or None (no local torch weights).
     """
 
     name: str
+    capabilities: frozenset[Capability]
+    context_window: int | None
+    stats: RoleStats | None
+    adapter: Path | None
+    dtype: torch.dtype | None
 
     def sample(
         self,
@@ -180,13 +209,71 @@ class Policy(Protocol):
         """Per-token log-probs of ``completion`` as the assistant reply to ``messages``.
 
         Returns a list of length T (completion tokens, natural log, float). Raises
-        :class:`LogprobsUnavailable` where the backend cannot score arbitrary text.
+        :class:`LogprobsUnavailable` where the backend cannot score arbitrary text (it does not
+        declare :attr:`agents.capabilities.Capability.SCORE`).
         """
         ...
 
     def count_tokens(self, text: str) -> int:
         """Number of tokens ``text`` takes in this policy's tokenizer (approximate for remote models)."""
         ...
+
+    def load(self) -> None:
+        """Load the model now rather than on first use (idempotent; a no-op where nothing loads).
+
+        Raises:
+            PolicyError: the model cannot be loaded.
+        """
+        ...
+
+    def close(self) -> None:
+        """Free the model (a later call loads it again); a no-op where nothing is held."""
+        ...
+
+
+class BasePolicy:
+    """What every backend inherits: the declared members of :class:`Policy` at their defaults.
+
+    A backend overrides what it has: ``capabilities`` (default: it only samples), a known
+    ``context_window``, ``stats`` counters, local weights' ``adapter`` and ``dtype``, a ``load`` and
+    a ``close`` that do something. ``sample``, ``logprobs`` and ``count_tokens`` are its own.
+    """
+
+    capabilities: frozenset[Capability] = frozenset({Capability.SAMPLE})  # a class attribute; a wrapper may set its own
+    context_window: int | None = None  # tokens; None: unknown
+    stats: RoleStats | None = None  # None: no counters
+    adapter: Path | None = None  # None: base weights, or no local weights
+    dtype: torch.dtype | None = None  # None: no local torch weights
+
+    def load(self) -> None:
+        """Nothing to load: a backend with weights overrides this."""
+
+    def close(self) -> None:
+        """Nothing to free: a backend with weights overrides this."""
+
+
+class BatchSampler(Policy, Protocol):
+    """:attr:`Capability.SAMPLE_BATCH`: one completion per chat for many chats in one batched decode."""
+
+    def sample_batch(
+        self,
+        chats: Sequence[Sequence[Message]],
+        temperature: float = 0.0,
+        max_tokens: int = 256,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """One completion per chat, in input order (chat i on the random stream of ``seed`` and i).
+
+        Args:
+            chats: the chats; temperature, max_tokens, stop, seed: as :meth:`Policy.sample`.
+        """
+        ...
+
+
+def batch_sampler(policy: Policy) -> BatchSampler | None:
+    """``policy`` as a :class:`BatchSampler` where it declares :attr:`Capability.SAMPLE_BATCH`, else None."""
+    return cast(BatchSampler, policy) if has_capability(policy, Capability.SAMPLE_BATCH) else None
 
 
 def sample_many(
@@ -197,14 +284,14 @@ def sample_many(
     stop: Sequence[str] | None = None,
     seed: int | None = None,
 ) -> list[Completion]:
-    """One completion per chat, batched across chats where the policy has ``sample_batch``.
+    """One completion per chat, batched across chats where the policy declares :attr:`Capability.SAMPLE_BATCH`.
 
     Used for held-out evaluation (greedy pass@1 over many tasks). Falls back to one
     ``sample`` call per chat.
     """
-    batch: Callable | None = getattr(policy, "sample_batch", None)
+    batch = batch_sampler(policy)
     if batch is not None:
-        return batch(chats, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
+        return batch.sample_batch(chats, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
     return [
         policy.sample(chat, n=1, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)[0]
         for chat in chats

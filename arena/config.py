@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agents.backends.registry import UnknownSpec, kinds, normalise_spec, parse_spec, spec_capabilities, spec_choices
 from agents.backends.teacher_files import EMBEDDED_TEACHER  # stdlib only: no model is imported here
+from agents.capabilities import Capability, describe_capabilities, missing_capabilities
 from arena.objectives import get_objective, objective_names, specs  # the objective registry: no torch either
 from lessons.library.records import DEFAULT_LEASE_TTL_S
 
@@ -25,11 +27,12 @@ DEFAULT_FAMILY = "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"
 DEFAULT_SLEEP_OBJECTIVE = "distill"
 AUTO_SLEEP_MIN_EPISODES = 32  # `--sleep-objective auto` sleeps only after a wake of at least this many episodes
 
-# A role's model: the embedded 135M model in torch (local), an OpenAI-compatible endpoint (openai:MODEL), a GGUF run
-# in process by llama.cpp (llamacpp:PATH), or the embedded 1.5B teacher (generation-only roles).
-_ROLE = re.compile(r"^(local|openai:.+|llamacpp:.+|" + re.escape(EMBEDDED_TEACHER) + r")$")
-_SOLVER = re.compile(r"^(local|openai:.+)$")  # the solver is sampled, scored and trained: torch or an endpoint
-ROLE_CHOICES = f"'local', 'openai:MODEL', 'llamacpp:PATH' or '{EMBEDDED_TEACHER}'"
+# A role's model is a role spec of agents.backends.registry: the embedded 135M model in torch (local), an
+# OpenAI-compatible endpoint (openai:MODEL), a GGUF run in process by llama.cpp (llamacpp:PATH), or the embedded
+# 1.5B teacher (generation-only roles). What each role needs of its backend, as capabilities:
+SOLVER_NEEDS = (Capability.SAMPLE, Capability.SAMPLE_LOGPROBS)  # every session: its rollouts carry π_old
+ADAPTER_NEEDS = (Capability.TRAIN_ADAPTER,)  # --adapter loads a LoRA into the solver's weights
+ROLE_CHOICES = spec_choices()  # "'local', 'openai:MODEL', 'llamacpp:PATH' or 'qwen2.5-coder-1.5b'"
 DEFAULT_TEACHER = EMBEDDED_TEACHER  # teacher, rubric judge and proposer: Qwen2.5-Coder-1.5B-Instruct in llama.cpp
 REWARDS = ("verifier", "rubric-explicit", "rubric-implicit")
 # The utility A/B of `arena run` (and of `arena bench learning`, which must measure what a run does): every 16
@@ -54,11 +57,66 @@ def check_db(db: str) -> str:
     return db
 
 
-def _absolute_gguf(spec: str) -> str:
-    """``llamacpp:PATH`` with PATH made absolute (a resume may run from another directory); other specs unchanged."""
-    if spec.startswith("llamacpp:"):
-        return "llamacpp:" + str(Path(spec.split(":", 1)[1]).expanduser().absolute())
+def check_role_spec(spec: str, others: str = "") -> str:
+    """A teacher, critic or proposer spec, normalised as stored (a ``llamacpp:`` PATH made absolute: a resume may run
+    from another directory).
+
+    Args:
+        spec: the role spec.
+        others: the role's own words that are no spec, quoted and followed by ", " (``"'verifier', "``), for the message.
+
+    Raises:
+        ValueError: ``must be 'local', 'openai:MODEL', 'llamacpp:PATH' or 'qwen2.5-coder-1.5b', got 'gpt4'``.
+    """
+    try:
+        return normalise_spec(spec)
+    except UnknownSpec:
+        raise ValueError(f"must be {others}{ROLE_CHOICES}, got {spec!r}") from None
+
+
+def check_solver_spec(spec: str) -> str:
+    """A solver spec of a kind with :data:`SOLVER_NEEDS` (``local`` or ``openai:MODEL``), returned unchanged.
+
+    Raises:
+        ValueError: an unknown spec (``must be 'local' or 'openai:MODEL' (the solver is scored and trained), got
+            'gpt4'``), or one whose backend lacks a capability, named (``a session (its rollouts are scored and
+            trained on) needs a solver that returns the log-probs of the tokens it samples: `llamacpp:x` cannot; …``).
+    """
+    try:
+        parsed = parse_spec(spec)
+    except UnknownSpec:
+        raise ValueError(f"must be {spec_choices(SOLVER_NEEDS)} (the solver is scored and trained), got {spec!r}") from None
+    gap = missing_capabilities(parsed.capabilities, SOLVER_NEEDS)
+    if gap:
+        raise ValueError(f"a session (its rollouts are scored and trained on) needs a solver that {describe_capabilities(gap)}: "
+                         f"`{spec}` cannot; use {spec_choices(SOLVER_NEEDS)}")
     return spec
+
+
+def sleep_needs(objective: str) -> list[Capability]:
+    """What a sleep with ``objective`` needs of the solver's backend (its registry spec's ``needs``), in enum order.
+
+    Raises:
+        ValueError: an unknown objective.
+    """
+    needs = get_objective(objective).needs
+    return [c for c in Capability if c in needs]
+
+
+def solver_capability_gap(solver: str, needed: Sequence[Capability], subject: str) -> str | None:
+    """Why ``solver`` cannot serve ``subject`` (one line naming the spec and the missing capabilities), or None.
+
+    Args:
+        solver: a valid solver spec (:func:`check_solver_spec`).
+        needed: what ``subject`` needs of the solver's backend (:func:`sleep_needs`, :data:`ADAPTER_NEEDS`).
+        subject: the start of the message: ``"--adapter"`` gives ``--adapter needs the local solver, one that has
+            local weights a LoRA adapter trains on (got --solver openai:m)``.
+    """
+    gap = missing_capabilities(spec_capabilities(solver), needed)
+    if not gap:
+        return None
+    able = " or ".join(k.form for k in kinds(needed))
+    return f"{subject} needs the {able} solver, one that {describe_capabilities(gap)} (got --solver {solver})"
 
 
 def check_lease_ttl(ttl_s: float) -> None:
@@ -149,23 +207,17 @@ class SessionConfig(BaseModel):
     @field_validator("solver")
     @classmethod
     def _solver(cls, v: str) -> str:
-        if not _SOLVER.match(v):
-            raise ValueError(f"must be 'local' or 'openai:MODEL' (the solver is scored and trained), got {v!r}")
-        return v
+        return check_solver_spec(v)
 
     @field_validator("teacher")
     @classmethod
     def _role(cls, v: str) -> str:
-        if not _ROLE.match(v):
-            raise ValueError(f"must be {ROLE_CHOICES}, got {v!r}")
-        return _absolute_gguf(v)
+        return check_role_spec(v)
 
     @field_validator("critic")
     @classmethod
     def _critic(cls, v: str) -> str:
-        if v != "verifier" and not _ROLE.match(v):
-            raise ValueError(f"must be 'verifier', {ROLE_CHOICES}, got {v!r}")
-        return _absolute_gguf(v)
+        return v if v == "verifier" else check_role_spec(v, "'verifier', ")
 
     @field_validator("reward")
     @classmethod
@@ -177,9 +229,7 @@ class SessionConfig(BaseModel):
     @field_validator("proposer")
     @classmethod
     def _proposer(cls, v: str) -> str:
-        if v != "teacher" and not _ROLE.match(v):
-            raise ValueError(f"must be 'teacher', {ROLE_CHOICES}, got {v!r}")
-        return _absolute_gguf(v)
+        return v if v == "teacher" else check_role_spec(v, "'teacher', ")
 
     @field_validator("target_pass", mode="before")
     @classmethod
@@ -245,8 +295,8 @@ class SessionConfig(BaseModel):
                 raise ValueError(f"{flag} must be in [1, 64] requests, got {v}")
         if self.judge_max_tokens < 16:
             raise ValueError(f"judge_max_tokens must be >= 16, got {self.judge_max_tokens}")
-        if self.adapter is not None and self.solver != "local":
-            raise ValueError(f"--adapter needs the local solver (got --solver {self.solver})")
+        if self.adapter is not None and (gap := solver_capability_gap(self.solver, ADAPTER_NEEDS, "--adapter")):
+            raise ValueError(gap)
         lo, hi = self.target_pass
         if not 0.0 <= lo < hi <= 1.0:
             raise ValueError(f"--target-pass must be LO:HI with 0 <= LO < HI <= 1, e.g. 0.3:0.7 (got {lo:g}:{hi:g})")
@@ -292,9 +342,9 @@ class SessionConfig(BaseModel):
             if self.sleep_from == "previous":
                 raise ValueError("--sleep-from previous needs a sleep: pass --sleep-objective OBJ or --cycles 2 or more")
             return
-        if self.solver != "local":
-            raise ValueError(f"a sleep trains the solver's weights, which needs the local solver (got --solver {self.solver}); "
-                             "pass --solver local or --cycles 1 without --sleep-objective")
+        needs = sleep_needs(self.sleep)
+        if gap := solver_capability_gap(self.solver, needs, f"a {self.sleep} sleep trains the solver's weights, which"):
+            raise ValueError(f"{gap}; pass --solver {kinds(needs)[0].form} or --cycles 1 without --sleep-objective")
         if self.reward != "verifier" and get_objective(self.sleep).reads_rewards:
             free = [s.name for s in specs() if not s.reads_rewards]
             raise ValueError(f"a {self.sleep} sleep trains on verifier rewards; a --reward {self.reward} session can sleep "
@@ -324,7 +374,7 @@ class SessionConfig(BaseModel):
         """
         if self.sleep is not None or self.cycles != 1:
             return self
-        if self.solver != "local" or self.reward != "verifier" or self.sleep_from != "base":
+        if missing_capabilities(spec_capabilities(self.solver), sleep_needs(DEFAULT_SLEEP_OBJECTIVE)) or self.reward != "verifier" or self.sleep_from != "base":
             return self
         if n_train * self.rounds < AUTO_SLEEP_MIN_EPISODES or n_train * self.rounds * self.rollouts < self.sleep_min_examples:
             return self

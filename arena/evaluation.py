@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.policy import Completion, EndpointFault, Policy, sample_many
+from agents.policy import Completion, EndpointFault, Policy, batch_sampler, sample_many
 from agents.roles.solver import solver_messages
 from arena.episode.prompt import retrieve_for_task
 from arena.episode.rewards import RewardStrategy, RubricReward
@@ -205,11 +205,11 @@ def evaluate_heldout(
 def _sample_each(solver: Policy, chats: list[list[dict[str, str]]], max_tokens: int) -> list[Completion | EndpointFault]:
     """One greedy completion per chat (batched where the solver can); a chat whose reply stayed faulty gets its fault.
 
-    A batch that fails is sampled again one chat at a time (a solver without ``sample_batch`` is
-    sampled one chat at a time from the start), so an endpoint fault costs one held-out task
+    A batch that fails is sampled again one chat at a time (a solver that does not declare
+    :attr:`agents.capabilities.Capability.SAMPLE_BATCH` is sampled one chat at a time from the start), so an endpoint fault costs one held-out task
     (ungraded, reward None), not the evaluation.
     """
-    if getattr(solver, "sample_batch", None) is not None:
+    if batch_sampler(solver) is not None:
         try:
             return list(sample_many(solver, chats, temperature=0.0, max_tokens=max_tokens))
         except EndpointFault:

@@ -39,18 +39,18 @@ def replay(db: str, session: str | None, limit: int | None, teacher: Any = None,
         db: the session's library.
         session: its name; None: the newest session with episodes.
         limit: replay the first N all-fail groups only; None: all.
-        teacher, solver: policies to use; None: the session's own (``make_policy`` of its specs).
+        teacher, solver: policies to use; None: the session's own (``build_policy`` of its specs).
 
     Raises:
         SystemExit: no library at ``db`` (none is created), not a library, no such session or none
             with episodes, or its tasks cannot be rebuilt (one line).
     """
+    from agents.backends.registry import build_policy
     from agents.policy import PolicyError
     from agents.roles.hints import FailedAttempt, HintRefused, plan_rejection_reasons, write_hint
     from agents.roles.solver import guided_messages
     from arena.config import SessionConfig
     from arena.episode.context import EpisodeSettings
-    from arena.session.runner import make_policy
     from arena.tasks.extract import extract_answer
     from arena.tasks.sources import load_tasks
     from arena.tasks.verify import score, verifiable_answer
@@ -88,8 +88,8 @@ def replay(db: str, session: str | None, limit: int | None, teacher: Any = None,
               and not any(passes(r.reward, cfg.success_threshold) for r in d.rollouts if not r.guided and r.reward is not None)]
     groups = groups[:limit] if limit else groups
     try:
-        teacher = teacher or make_policy(cfg.teacher)
-        solver = solver or make_policy(cfg.solver)
+        teacher = teacher or build_policy(cfg.teacher)
+        solver = solver or build_policy(cfg.solver)
     except PolicyError as e:
         raise SystemExit(f"plan_hints.py: {e}") from None
     rows: list[dict[str, Any]] = []

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from agents.policy import Completion, LogprobsUnavailable, Message
+from agents.capabilities import Capability
+from agents.policy import BasePolicy, Completion, LogprobsUnavailable, Message
 
 Responder = Callable[[Sequence[Message], int], str]
 
 
-class FakePolicy:
+class FakePolicy(BasePolicy):
     """Implements :class:`agents.policy.Policy` with a scripted ``responder``.
 
     Args:
@@ -17,10 +18,11 @@ class FakePolicy:
         name: the policy's name in stored rows.
 
     Records every call in ``calls`` (the messages and n) so tests can check what each role saw.
-    Tokens are whitespace-separated words; log-probs are unavailable.
+    Tokens are whitespace-separated words; log-probs are unavailable (neither sampled nor scored),
+    and ``sample`` takes no prefill and no JSON schema: it only samples.
     """
 
-    supports_prefill = False
+    capabilities = frozenset({Capability.SAMPLE})
 
     def __init__(self, responder: Responder, name: str = "fake") -> None:
         self.responder = responder

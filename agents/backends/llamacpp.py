@@ -21,7 +21,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from agents.policy import Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError, RoleStats
+from agents.capabilities import Capability
+from agents.policy import BasePolicy, Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError, RoleStats
 
 DEFAULT_N_CTX = 4096  # context window of the llama.cpp context, tokens (reflection prompts are ~1–2k)
 # The longest string bound a grammar keeps. llama.cpp writes ``maxLength: N`` as N nested optional rules and
@@ -82,7 +83,7 @@ def default_threads() -> int:
     return cpus
 
 
-class LlamaCppPolicy:
+class LlamaCppPolicy(BasePolicy):
     """A chat model from a GGUF file, run in-process by llama-cpp-python (generation only).
 
     Args:
@@ -93,15 +94,16 @@ class LlamaCppPolicy:
         n_threads: llama.cpp threads (default :func:`default_threads`).
 
     The model loads lazily on first use (:meth:`load`). Thread-safe: calls take turns on one context.
-    :meth:`logprobs` raises :class:`LogprobsUnavailable`: this backend does not score given text.
+    :meth:`logprobs` raises :class:`LogprobsUnavailable`: this backend does not score given text, and its
+    completions carry no log-probs. Capabilities: sampling, a prefilled reply (``prefill=``) and
+    grammar-constrained decoding (``json_schema=``).
 
     Raises:
         PolicyError: (from :meth:`load`) the file is missing, not a GGUF, truncated, or llama.cpp
             cannot load it; llama-cpp-python is not installed.
     """
 
-    supports_prefill = True
-    supports_json_schema = True
+    capabilities = frozenset({Capability.SAMPLE, Capability.PREFILL, Capability.JSON_SCHEMA})
 
     def __init__(self, path: Path, name: str | None = None, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None) -> None:
         self.path = Path(path)

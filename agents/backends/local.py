@@ -42,7 +42,8 @@ from agents.backends.batching import (
     row_seed,
 )
 from agents.backends.model_files import smollm2_gguf_path
-from agents.policy import Completion, Message, PolicyError, RoleStats
+from agents.capabilities import Capability
+from agents.policy import BasePolicy, Completion, Message, PolicyError, RoleStats
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ def next_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     return out.logits[:, :-1][mask].float()
 
 
-class LocalPolicy:
+class LocalPolicy(BasePolicy):
     """SmolLM2-135M-Instruct (or another GGUF / HF checkpoint) sampled with transformers.
 
     Args:
@@ -233,10 +234,15 @@ class LocalPolicy:
     The model is loaded lazily on first use and shared between roles that use ``local``.
     Thread-safe: concurrent :meth:`sample` calls are decoded together (one decoding loop at a
     time per model); tokenizer calls are serialised by their own lock.
+
+    Capabilities: everything but logits and a JSON schema — :meth:`sample` (with a ``prefill``, its
+    completions carrying their sampled tokens' log-probs), :meth:`sample_batch`, :meth:`logprobs` by
+    teacher forcing, and torch weights a LoRA adapter trains on (:attr:`model`, :attr:`tokenizer`).
     """
 
     name = "local:SmolLM2-135M-Instruct"
-    supports_prefill = True
+    capabilities = frozenset({Capability.SAMPLE, Capability.SAMPLE_BATCH, Capability.SAMPLE_LOGPROBS, Capability.SCORE,
+                              Capability.TRAIN_ADAPTER, Capability.PREFILL})
 
     def __init__(
         self,

@@ -48,7 +48,8 @@ import openai
 from openai import OpenAI
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
-from agents.policy import Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError
+from agents.capabilities import Capability
+from agents.policy import BasePolicy, Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError
 from lessons.credentials import redact_credentials
 
 DEFAULT_API_KEY = "sk-no-key"  # local servers (llama.cpp, vLLM, Ollama) accept any key
@@ -173,7 +174,7 @@ def _trim_to_text(text: str, tokens: list[str], logprobs: list[float]) -> list[f
 MAX_CONSECUTIVE_FAULTS = 25
 
 
-class OpenAIPolicy:
+class OpenAIPolicy(BasePolicy):
     """A chat model behind an OpenAI-compatible endpoint (``openai`` client).
 
     Args:
@@ -201,7 +202,13 @@ class OpenAIPolicy:
         name: ``"openai:<model>"``.
         model: the model name sent with every request.
         base_url: the effective endpoint root (for messages), its password masked as ``***``.
+
+    Capabilities: sampling, with the sampled tokens' log-probs requested on every call (returned
+    where the server gives them). No scoring of given text (:meth:`logprobs` raises), no prefill,
+    no JSON schema, no batch of chats, no local weights; its context window is unknown (None).
     """
+
+    capabilities = frozenset({Capability.SAMPLE, Capability.SAMPLE_LOGPROBS})
 
     def __init__(
         self,

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agents.parsing import ParseError, parse_model
+from agents.parsing import ParseError, parse_model, reply_constraints
 from agents.policy import Message, Policy
 from lessons.criteria import Criterion
 from lessons.text import neutralise_model_text
@@ -313,8 +313,7 @@ def _judge_loop(
 ):
     """Ask, parse (repairing broken JSON), check; retry with the error shown. Returns (value, raw, error)."""
     # a judge that decodes under a JSON schema (llama.cpp's grammar) gets the schema instead of a prefill
-    json_schema = schema.model_json_schema() if getattr(judge, "supports_json_schema", False) else None
-    use_prefill = prefill if getattr(judge, "supports_prefill", False) and json_schema is None else ""
+    use_prefill, json_schema = reply_constraints(judge, prefill, schema.model_json_schema())
     raw: list[str] = []
     error: str | None = None
     for attempt in range(1 + retries):

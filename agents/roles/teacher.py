@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from agents.capabilities import Capability, has_capability
 from agents.parsing import sample_and_parse
 from agents.policy import Message, Policy
 from agents.roles.critic import NOTE_CUT_OFF
@@ -482,7 +483,7 @@ def reflect(
         asked for once more with the reasons shown (:data:`TEACHER_SCREEN_RETRY`); ``rejected``
         lists the rejections of both. This function does not raise on bad model output.
     """
-    constrained = bool(getattr(teacher, "supports_json_schema", False))
+    constrained = has_capability(teacher, Capability.JSON_SCHEMA)
     base = teacher_messages(family, question, rollouts, lessons_shown, hint, library_note, worked_example=not constrained)
     outcome = sample_and_parse(
         teacher, base, Reflection, TEACHER_RETRY, temperature, max_tokens, seed, prefill=TEACHER_PREFILL,

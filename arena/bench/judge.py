@@ -17,7 +17,7 @@ accuracy with its 95% Wilson interval (:func:`arena.stats.wilson_interval`) coun
 completions (the judge's reply stayed unusable) as wrong, and among the graded ones; the expected
 calibration error of the judge's reward against the labels (:func:`arena.episode.calibration.expected_calibration_error`);
 per-family accuracy; wall time and the judge's completion tokens/s. The judges are role specs
-(:func:`arena.session.runner.make_policy`), loaded one at a time and closed after; ``local`` (SmolLM2-135M)
+(:func:`agents.backends.registry.build_policy`), loaded one at a time and closed after; ``local`` (SmolLM2-135M)
 is the named baseline, measured in the same run, and every other judge is compared with it on the
 same fixtures (paired difference, exact McNemar p: :func:`arena.stats.paired_comparison`).
 """
@@ -33,7 +33,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agents.policy import Completion, EndpointFault, Message, Policy, PolicyError
+from agents.capabilities import Capability
+from agents.policy import BasePolicy, Completion, EndpointFault, Message, Policy, PolicyError, RoleStats
 from arena.episode.calibration import expected_calibration_error
 from arena.episode.rewards import RubricReward
 from arena.stats import paired_comparison, wilson_interval
@@ -131,20 +132,54 @@ def load_fixtures(path: str | Path = FIXTURES, tasks_file: str | Path = BUILTIN_
     return out
 
 
-class _CountingJudge:
-    """A judge policy that adds up the completion tokens it sampled (everything else is the wrapped policy's)."""
+class _CountingJudge(BasePolicy):
+    """A judge policy that adds up the completion tokens it sampled; every declared member is the wrapped policy's."""
 
     def __init__(self, inner: Policy) -> None:
         self.inner = inner
         self.completion_tokens = 0
 
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.inner.name
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
+        return self.inner.capabilities
+
+    @property
+    def context_window(self) -> int | None:  # type: ignore[override]
+        return self.inner.context_window
+
+    @property
+    def stats(self) -> RoleStats | None:  # type: ignore[override]
+        return self.inner.stats
+
+    @property
+    def adapter(self) -> Path | None:  # type: ignore[override]
+        return self.inner.adapter
+
+    @property
+    def dtype(self) -> Any:  # type: ignore[override]
+        return self.inner.dtype
+
     def sample(self, messages: Sequence[Message], n: int = 1, **kwargs: Any) -> list[Completion]:
+        """The wrapped policy's :meth:`~agents.policy.Policy.sample` (prefill / json_schema passed on), its tokens counted."""
         out = self.inner.sample(messages, n=n, **kwargs)
         self.completion_tokens += sum(c.completion_tokens for c in out)
         return out
 
-    def __getattr__(self, name: str) -> Any:  # supports_prefill, supports_json_schema, count_tokens, ...
-        return getattr(self.inner, name)
+    def logprobs(self, messages: Sequence[Message], completion: str) -> list[float]:
+        return self.inner.logprobs(messages, completion)
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def load(self) -> None:
+        self.inner.load()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def check_judge_args(mode: str, threshold: float) -> None:
@@ -259,7 +294,7 @@ def bench_judges(
         specs: role specs (``local``, ``qwen2.5-coder-1.5b``, ``openai:MODEL``, ``llamacpp:PATH``), in order.
         fixtures: the labelled completions.
         mode, threshold: as :func:`judge_accuracy` (``kwargs`` go there too).
-        make: spec → policy (default :func:`arena.session.runner.make_policy`); tests pass fakes.
+        make: spec → policy (default :func:`agents.backends.registry.build_policy`); tests pass fakes.
         log: progress lines (one per judge), or None.
 
     Returns:
@@ -273,7 +308,7 @@ def bench_judges(
     """
     check_judge_args(mode, threshold)
     if make is None:
-        from arena.session.runner import make_policy as make
+        from agents.backends.registry import build_policy as make
     results: dict[str, dict[str, Any]] = {}
     for spec in dict.fromkeys(specs):  # a spec given twice is measured once
         if log:
@@ -282,17 +317,14 @@ def bench_judges(
         try:
             t0 = time.perf_counter()
             policy = make(spec)
-            load = getattr(policy, "load", None)
-            if callable(load):
-                load()  # outside the timed judging
+            policy.load()  # outside the timed judging
             load_s = time.perf_counter() - t0
             results[spec] = {**judge_accuracy(fixtures, policy, mode, threshold, **kwargs), "load_s": round(load_s, 2)}
         except (PolicyError, EndpointFault, RuntimeError, OSError) as e:  # recorded; the other judges still run
             results[spec] = {"error": " ".join(str(e).split()) or type(e).__name__}
         finally:
-            close = getattr(policy, "close", None)
-            if callable(close):
-                close()
+            if policy is not None:
+                policy.close()
             del policy
             gc.collect()
         if log:

@@ -378,8 +378,7 @@ def _session_condition(
             lessons=[_lesson_record(a) for _, a in sorted(adapters.items())],
         )
     for p in {id(x): x for x in (solver, roles.solver, roles.teacher)}.values():
-        if hasattr(p, "close"):
-            p.close()
+        p.close()
     return passes, rec
 
 

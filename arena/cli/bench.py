@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agents.backends.registry import spec_list
 from arena.cli.support import EXIT_INTERRUPTED, fail, fmt_rate, quiet_libraries, stop_on_sigterm
 
 bench_app = typer.Typer(help="Benchmarks that print ratios against a named baseline.", no_args_is_help=True)
@@ -215,7 +216,7 @@ def bench_learning(
 
 @bench_app.command("judge")
 def bench_judge(
-    judge: Annotated[Optional[list[str]], typer.Option("--judge", help="A judge role spec: local, qwen2.5-coder-1.5b, openai:MODEL or llamacpp:PATH (repeatable; default: local, the baseline, and qwen2.5-coder-1.5b).")] = None,
+    judge: Annotated[Optional[list[str]], typer.Option("--judge", help=f"A judge role spec: {spec_list()} (repeatable; default: local, the baseline, and qwen2.5-coder-1.5b).")] = None,
     fixtures: Annotated[Optional[Path], typer.Option(help="Labelled completions, JSONL {\"question\", \"completion\", \"label\": pass|fail, \"why\"} (default: the shipped 48).")] = None,
     mode: Annotated[str, typer.Option(help="Rubric grading: explicit (per-criterion verdicts) or implicit (one 1-10 rating).")] = "explicit",
     threshold: Annotated[float, typer.Option(help="The judge passes a completion when its reward is at least this.")] = 0.5,

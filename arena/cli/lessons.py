@@ -50,24 +50,28 @@ def _configure(store: Any, library_tokens: int, solver: str) -> None:
     store.count_tokens = token_counter(solver)
 
 
+def check_tokenizer_spec(solver: str) -> None:
+    """Refuse a ``--solver`` whose tokenizer cannot count tokens without its model (:func:`agents.backends.registry.token_counter`).
+
+    Raises:
+        ValueError: ``--solver must be 'local' or 'openai:MODEL', got 'x'``.
+    """
+    from agents.backends.registry import counts_tokens_offline, offline_tokenizer_choices
+
+    if not counts_tokens_offline(solver):
+        raise ValueError(f"--solver must be {offline_tokenizer_choices()}, got {solver!r}")
+
+
 def token_counter(solver: str):
     """The token count of the solver's tokenizer: SmolLM2's for ``local``, ~4 chars/token for ``openai:MODEL``.
 
     Raises:
-        ValueError: another solver spec.
+        ValueError: another solver spec (:func:`check_tokenizer_spec`).
     """
-    if solver == "local":
-        from transformers import AutoTokenizer
+    from agents.backends.registry import token_counter as registry_counter
 
-        from agents.backends.local import ensure_converted
-
-        tok = AutoTokenizer.from_pretrained(str(ensure_converted()))
-        return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
-    if solver.startswith("openai:") and len(solver) > len("openai:"):
-        from lessons.library.curation import approx_tokens
-
-        return approx_tokens
-    raise ValueError(f"--solver must be 'local' or 'openai:MODEL', got {solver!r}")
+    check_tokenizer_spec(solver)
+    return registry_counter(solver)
 
 
 def _errors():

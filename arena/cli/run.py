@@ -21,7 +21,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from arena.config import RUN_UTILITY_EVERY, RUN_UTILITY_SAMPLES, RUN_UTILITY_TASKS
+from agents.backends.registry import spec_list
+from arena.config import RUN_UTILITY_EVERY, RUN_UTILITY_SAMPLES, RUN_UTILITY_TASKS, SOLVER_NEEDS
 from arena.objectives import objective_names
 from arena.cli.support import EXIT_INTERRUPTED, EXIT_STORE_FAULT, config_error, fail, fmt_rate, quiet_libraries, stop_on_sigterm
 
@@ -42,11 +43,11 @@ def run(
     seed: Annotated[int, typer.Option(help="Seed for task draws and sampling.")] = 0,
     session: Annotated[Optional[str], typer.Option(help="Name of the new session (default run-YYYYMMDD-HHMMSS).")] = None,
     resume: Annotated[Optional[str], typer.Option(help="Continue an interrupted session by name (its stored settings are used).")] = None,
-    solver: Annotated[str, typer.Option(help="Solver model: local or openai:MODEL.")] = "local",
+    solver: Annotated[str, typer.Option(help=f"Solver model: {spec_list(SOLVER_NEEDS)}.")] = "local",
     critic: Annotated[
-        Optional[str], typer.Option(help="Critic: verifier (no model), qwen2.5-coder-1.5b, local, openai:MODEL or llamacpp:PATH; the judge of rubric rewards. Default: verifier, or the teacher's model with a rubric reward.")
+        Optional[str], typer.Option(help=f"Critic: verifier (no model), {spec_list()}; the judge of rubric rewards. Default: verifier, or the teacher's model with a rubric reward.")
     ] = None,
-    teacher: Annotated[str, typer.Option(help="Teacher model: qwen2.5-coder-1.5b (embedded, in llama.cpp), local (the 135M solver model), openai:MODEL or llamacpp:PATH.")] = "qwen2.5-coder-1.5b",
+    teacher: Annotated[str, typer.Option(help=f"Teacher model: {spec_list(about=True)}.")] = "qwen2.5-coder-1.5b",
     request_timeout: Annotated[float, typer.Option(help="Per-request timeout of OpenAI-compatible endpoints, seconds.")] = 600.0,
     teacher_in_flight: Annotated[int, typer.Option(help="Teacher / judge / proposer requests in flight at once per endpoint (a llama.cpp server has one slot).")] = 1,
     solver_in_flight: Annotated[int, typer.Option(help="Solver requests in flight at once per endpoint.")] = 8,
@@ -69,7 +70,7 @@ def run(
     adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter of the local solver: an id (adapter-0001) or a directory; its distilled lessons leave the prompt.")] = None,
     curriculum: Annotated[str, typer.Option(help="Train difficulty: fixed, or frontier (move each family's difficulty to keep its train pass@1 in --target-pass).")] = "fixed",
     target_pass: Annotated[str, typer.Option(help="Target band LO:HI of train pass@1 per family and round (frontier).")] = "0.3:0.7",
-    proposer: Annotated[str, typer.Option(help="Who writes proposed tasks (--curriculum frontier): teacher (the teacher's model), qwen2.5-coder-1.5b (embedded), local, openai:MODEL or llamacpp:PATH.")] = "teacher",
+    proposer: Annotated[str, typer.Option(help=f"Who writes proposed tasks (--curriculum frontier): teacher (the teacher's model), {spec_list()}.")] = "teacher",
     proposals: Annotated[Optional[int], typer.Option(help="Proposed tasks per family per round (frontier; default 2).")] = None,
     proposal_samples: Annotated[int, typer.Option(help="Independent samples that must confirm a proposal's answer where no verifier exists.")] = 4,
     proposal_agreement: Annotated[float, typer.Option(help="Share of those samples that must agree with the proposed answer.")] = 0.75,

@@ -18,6 +18,7 @@ def tui(
 ) -> None:
     """Browse and curate sessions, episodes, rollouts, lessons and adapters in the terminal (Textual)."""
     quiet_libraries()
+    from arena.cli.lessons import check_tokenizer_spec
     from arena.config import check_db
     from lessons.library.store import StoreError, check_database
 
@@ -26,8 +27,7 @@ def tui(
         check_database(db)  # the directory exists and is writable (edits write), without creating the file
         if library_tokens < 1:
             raise ValueError(f"--library-tokens must be >= 1, got {library_tokens}")
-        if solver != "local" and not (solver.startswith("openai:") and len(solver) > len("openai:")):
-            raise ValueError(f"--solver must be 'local' or 'openai:MODEL', got {solver!r}")
+        check_tokenizer_spec(solver)
         from lessons.library.read_models import DatabaseProblem, open_store
 
         try:

@@ -31,10 +31,10 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.roles.solver import strip_lessons_section
-from arena.config import SessionConfig
+from arena.config import ADAPTER_NEEDS, SessionConfig, solver_capability_gap
 from arena.distill.config import DistillConfig
 from arena.distill.data import (
     BadTrainingData,
@@ -60,6 +60,9 @@ from arena.tasks.sources import load_tasks
 from lessons.library.adapters import AdapterInfo, AdapterRecord, AdapterStore, TrainingRollout
 from lessons.library.store import LessonStore
 from lessons.outcomes import count_passes
+
+if TYPE_CHECKING:
+    from agents.backends.local import LocalPolicy
 
 CONDITIONS = ("base", "base_lessons", "adapter", "adapter_lessons")
 CONDITION_LABELS = {
@@ -143,8 +146,8 @@ def adapter_for_run(db: str, spec: str, solver: str) -> Path:
     """
     from agents.backends.local import ensure_converted
 
-    if solver != "local":
-        raise DistillError(f"--adapter needs the local solver (got --solver {solver})")
+    if gap := solver_capability_gap(solver, ADAPTER_NEEDS, "--adapter"):
+        raise DistillError(gap)
     exists = "://" in db or Path(db).exists()
     if exists:
         with LessonStore(db) as store:
@@ -308,7 +311,7 @@ def sampling_adapter_path(store: LessonStore, session: str, adapter_id: str) -> 
                           "registered nor the session's --adapter directory: their sampling log-probs cannot be rescored")
 
 
-def rescore_pi_old(store: LessonStore, session: str, data: DistillDataset, policy: Any, temperature: float) -> dict[str, Any]:
+def rescore_pi_old(store: LessonStore, session: str, data: DistillDataset, policy: LocalPolicy, temperature: float) -> dict[str, Any]:
     """π_old of every RL example: its tokens scored by the policy that sampled it, at the sampling temperature.
 
     ``policy`` (the one training starts from) scores the rollouts it sampled itself; the base
@@ -323,7 +326,7 @@ def rescore_pi_old(store: LessonStore, session: str, data: DistillDataset, polic
     """
     from agents.backends.local import LocalPolicy
 
-    own = Path(policy.adapter).resolve() if getattr(policy, "adapter", None) is not None else None
+    own = Path(policy.adapter).resolve() if policy.adapter is not None else None
     scorers: dict[str | None, Any] = {}
 
     def scorer(adapter_id: str | None) -> Any:

@@ -36,7 +36,7 @@ from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agents.policy import EndpointFault
+from agents.policy import EndpointFault, Policy
 from arena.tasks.curriculum import DifficultyLadder, Rung, draw_at_rung, rung_at, step_tag
 from arena.tasks.extract import extract_answer
 from arena.tasks.identity import task_identity
@@ -157,7 +157,7 @@ class SessionCurriculum:
         session_id: int,
         splits: TaskSplits,
         tasks: MutableMapping[str, Task],
-        proposer: Any = None,
+        proposer: Policy | None = None,
         confirm: Any = None,
         fits: Any = None,
     ) -> None:
@@ -360,7 +360,7 @@ class SessionCurriculum:
             view = ParentView(parent.family, parent.question, parent.answer, rate, len(groups[0].unguided) if groups else 0)
             seed = episode_seed(s.seed, f"propose-r{row.round:03d}-{parent_key}")
             proposal, error, raw = propose_task(self.proposer, view, max_tokens=s.teacher_max_tokens, seed=seed)
-            name = getattr(self.proposer, "name", "proposer")
+            name = self.proposer.name
             if proposal is None:
                 records.append(ProposalRecord(parent_key, name, "rejected", None, None, None, "unparsable",
                                               f"no valid reply: {error}", None, {}, raw))

@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.parsing import parse_with_retry
+from agents.parsing import parse_with_retry, reply_constraints
 from agents.policy import Message, Policy
 from agents.roles.solver import solver_messages
 from arena.tasks.model import Task
@@ -181,7 +181,7 @@ def propose_criteria(
         reply gives no criteria and ``error``).
     """
     base = proposal_messages(question, rubric, current, reference)
-    prefill = ONLINE_PREFILL if getattr(teacher, "supports_prefill", False) else ""
+    prefill, _ = reply_constraints(teacher, ONLINE_PREFILL, None)
     replies: list[str] = []
 
     def ask(error: str | None) -> str:

@@ -24,7 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agents.policy import EndpointFault, Policy, PolicyError
+from agents.backends.registry import build_policy, parse_spec, preflight
+from agents.policy import EndpointFault, Policy
 from agents.roles.solver import solver_messages
 from arena.config import ConfigError, SessionConfig
 from arena.distill.data import NoTrainingData
@@ -61,53 +62,14 @@ from lessons.outcomes import (
 log = logging.getLogger(__name__)
 
 
-def make_policy(spec: str, adapter: Path | None = None, timeout_s: float = 600.0, in_flight: int = 1) -> Policy:
-    """The policy a role spec names, checked before any work.
-
-    Args:
-        spec: ``local`` (SmolLM2-135M in torch), ``openai:MODEL`` (an OpenAI-compatible endpoint),
-            ``llamacpp:PATH`` (a GGUF in process) or ``qwen2.5-coder-1.5b`` (the embedded teacher,
-            assembled into the cache on first use: :mod:`agents.backends.teacher_files`).
-        adapter: a LoRA adapter for ``local``.
-        timeout_s: per-request timeout of an endpoint, seconds.
-        in_flight: an endpoint's requests in flight at once.
-
-    Raises:
-        agents.policy.PolicyError: an endpoint is unreachable, a model does not exist, a GGUF is
-            missing or broken, or the embedded teacher cannot be assembled (one line each).
-    """
-    if spec == "local":
-        from agents.backends.local import LocalPolicy
-
-        return LocalPolicy(adapter=adapter)
-    if spec.startswith("openai:"):
-        from agents.backends.openai_backend import OpenAIPolicy
-
-        p = OpenAIPolicy(spec.split(":", 1)[1], timeout_s=timeout_s, max_concurrency=in_flight)
-        p.check()
-        return p
-    from agents.backends.llamacpp import LlamaCppPolicy
-    from agents.backends.teacher_files import EMBEDDED_TEACHER, TeacherFilesError, embedded_teacher_path
-
-    if spec == EMBEDDED_TEACHER:
-        try:
-            path = embedded_teacher_path()
-        except TeacherFilesError as e:
-            raise PolicyError(str(e)) from None
-        llm = LlamaCppPolicy(path, name=spec)
-    elif spec.startswith("llamacpp:"):
-        llm = LlamaCppPolicy(Path(spec.split(":", 1)[1]))
-    else:
-        raise PolicyError(f"unknown model {spec!r}; use local, openai:MODEL, llamacpp:PATH or {EMBEDDED_TEACHER}")
-    llm.load()  # a GGUF llama.cpp cannot load (an unknown architecture) fails here, before any work, not mid-session
-    return llm
-
-
 def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
-    """Policies for the roles named in ``cfg``; roles that say ``local`` share one loaded model.
+    """Policies for the roles named in ``cfg``, built by the backend registry; roles that say ``local`` share one loaded model.
 
-    ``adapter`` (default ``cfg.adapter``): a LoRA adapter applied to the local SOLVER only; a
-    local teacher or critic then gets its own copy of the base model.
+    Each spec is built once per :meth:`agents.backends.registry.RoleSpec.instance_key` (its text, its
+    adapter where the kind loads one, its in-flight bound where it is an endpoint) by
+    :func:`agents.backends.registry.build_policy`. ``adapter`` (default ``cfg.adapter``): a LoRA
+    adapter applied to the local SOLVER only; a local teacher or critic then gets its own copy of
+    the base model.
 
     Raises:
         agents.policy.PolicyError: an endpoint is unreachable or a model does not exist
@@ -119,17 +81,15 @@ def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
         adapter = Path(cfg.adapter)
 
     def policy(spec: str, lora: Path | None = None, in_flight: int = cfg.teacher_in_flight) -> Policy:
-        key = (spec, lora if spec == "local" else None, in_flight if spec.startswith("openai:") else 0)
+        key = parse_spec(spec).instance_key(lora, in_flight)
         if key not in cache:
-            cache[key] = make_policy(spec, lora, cfg.request_timeout_s, in_flight)
+            cache[key] = build_policy(spec, lora, cfg.request_timeout_s, in_flight)
         return cache[key]
 
     proposes = cfg.proposer != "teacher" and cfg.proposals_per_round > 0
-    if not proposes and cfg.proposer.startswith("llamacpp:"):
+    if not proposes and cfg.proposer != "teacher":
         # named but unused (a fixed curriculum): still a file llama.cpp could load, as the unused --sleep-* flags are checked
-        from agents.backends.llamacpp import LlamaCppPolicy
-
-        LlamaCppPolicy(Path(cfg.proposer.split(":", 1)[1])).check()
+        preflight(cfg.proposer)
     return Roles(
         solver=policy(cfg.solver, adapter, cfg.solver_in_flight),
         teacher=policy(cfg.teacher),
@@ -169,9 +129,9 @@ def role_speed(roles: Roles, wall_time_s: float) -> dict[str, dict]:
         "share_of_wall"}}`` for solver, teacher, critic and proposer where present.
     """
     out: dict[str, dict] = {}
-    for role in ("solver", "teacher", "critic", "proposer"):
-        policy = getattr(roles, role, None)
-        stats = getattr(policy, "stats", None)
+    for role, policy in (("solver", roles.solver), ("teacher", roles.teacher), ("critic", roles.critic),
+                         ("proposer", roles.proposer)):
+        stats = policy.stats if policy is not None else None
         if policy is None or stats is None or not stats.calls:
             continue
         row = {"model": policy.name, **stats.as_dict()}
@@ -190,7 +150,7 @@ def check_prompt_lengths(solver: Policy, tasks: Sequence[Task], cfg: SessionConf
     Raises:
         ConfigError: naming the first task that does not fit and how to fix it.
     """
-    window = getattr(solver, "context_window", None)
+    window = solver.context_window
     if not window:
         return
     overhead = solver.count_tokens(solver_messages("")[0]["content"]) + 16  # chat-template tokens
@@ -220,7 +180,7 @@ def checkpoint_path(store: LessonStore) -> Path:
 
 def sampling_dtype(solver: Policy) -> str | None:
     """The dtype a local solver samples in (``fp32`` / ``bf16``, :func:`agents.backends.local.dtype_name`); None for an API solver."""
-    dtype = getattr(solver, "dtype", None)
+    dtype = solver.dtype
     if dtype is None:
         return None
     from agents.backends.local import dtype_name
@@ -744,16 +704,14 @@ def adapter_label(store: LessonStore, adapter: str | None) -> str | None:
     return info.adapter_id if info is not None else Path(adapter).name[:50]
 
 
-def swap_solver(old: Any, new: Any, roles: Roles) -> Any:
+def swap_solver(old: Solver, new: Solver, roles: Roles) -> Solver:
     """Make ``new`` the solver; close ``old``'s model unless another role shares it (its decoder thread holds it).
 
-    The solver's counters (``stats``, tokens/s in the summary) carry over to the new model."""
-    if getattr(old.policy, "stats", None) is not None and hasattr(new.policy, "stats") and old.policy is not new.policy:
+    The solver's counters (``stats``, tokens/s in the summary) carry over to the new model where both keep them."""
+    if old.policy.stats is not None and new.policy.stats is not None and old.policy is not new.policy:
         new.policy.stats = old.policy.stats
     if old.policy is not new.policy and all(old.policy is not p for p in (roles.teacher, roles.critic, roles.proposer)):
-        close = getattr(old.policy, "close", None)
-        if close is not None:
-            close()
+        old.policy.close()
     return new
 
 

@@ -57,7 +57,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.policy import EndpointFault, Policy, sample_many
+from agents.policy import EndpointFault, Policy, batch_sampler, sample_many
 from agents.roles.solver import LessonView, render_lessons, solver_messages
 from arena.stats import paired_difference_interval
 from arena.tasks.extract import extract_answer
@@ -173,7 +173,7 @@ def _decode_arm(
         return list(cache[key])
     temperature = 0.0 if settings.samples == 1 else settings.temperature
     outcomes: list[bool] = []
-    if getattr(solver, "sample_batch", None) is not None:
+    if batch_sampler(solver) is not None:
         # one batch per arm; row j uses the random stream row_seed(seed, j) in both arms (common random numbers)
         expanded = [chat for chat in chats for _ in range(settings.samples)]
         per_row = [task for task in tasks for _ in range(settings.samples)]

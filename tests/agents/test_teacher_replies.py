@@ -13,7 +13,8 @@ import json
 import pytest
 
 from agents.parsing import MAX_JSON_DEPTH, ParseError, extract_json_object, parse_model, sample_and_parse
-from agents.policy import Completion
+from agents.capabilities import Capability
+from agents.policy import BasePolicy, Completion
 from agents.roles.teacher import (
     EXAMPLE_REPLY,
     TEACHER_SYSTEM,
@@ -49,11 +50,11 @@ RECORDED = [
 ]
 
 
-class Replay:
-    """A policy that replays recorded replies and remembers what it was asked."""
+class Replay(BasePolicy):
+    """A policy that replays recorded replies and remembers what it was asked (it takes a JSON schema, as llama.cpp's)."""
 
     name = "replay"
-    supports_json_schema = True
+    capabilities = frozenset({Capability.SAMPLE, Capability.JSON_SCHEMA})
 
     def __init__(self, replies: list[str]) -> None:
         self.replies = list(replies)

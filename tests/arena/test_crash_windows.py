@@ -22,6 +22,7 @@ from rubric_scripts import GARBLE, RUBRIC, judge, teacher, write_tasks
 
 import arena.export as export
 from agents.backends.fake import FakePolicy
+from agents.capabilities import Capability
 from arena.config import SessionConfig
 from arena.distill.config import DistillConfig
 from arena.distill.pipeline import collect_data
@@ -48,6 +49,8 @@ LESSON = "Name the physical process before giving the final answer."
 class CuttingSolver(FakePolicy):
     """The scripted solver with sampling log-probs (the policy-gradient objectives need π_old); its fifth reply
     of a group carries the backend's ``oversized`` fault (a reply cut to ``max_tokens``)."""
+
+    capabilities = frozenset({Capability.SAMPLE, Capability.SAMPLE_LOGPROBS})
 
     def sample(self, messages, n=1, temperature=0.7, max_tokens=256, stop=None, seed=None):
         outs = super().sample(messages, n, temperature, max_tokens, stop, seed)

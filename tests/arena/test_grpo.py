@@ -417,6 +417,7 @@ def test_wake_sleep_cycles_with_a_grpo_sleep(tmp_path, tiny):
     from session_scripts import solver_responder, teacher_responder, write_tasks
 
     from agents.backends.fake import FakePolicy
+    from agents.capabilities import Capability
     from arena.config import SessionConfig
     from arena.episode.context import Roles
     from arena.session.cycles import cycle_adapters
@@ -426,6 +427,8 @@ def test_wake_sleep_cycles_with_a_grpo_sleep(tmp_path, tiny):
 
     class SamplerWithLogprobs(FakePolicy):
         """The fake solver, with sampling log-probs as the local backend records them."""
+
+        capabilities = frozenset({Capability.SAMPLE, Capability.SAMPLE_LOGPROBS})
 
         def sample(self, messages, n=1, **kw):
             outs = super().sample(messages, n, **kw)

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from agents.policy import BasePolicy
 from arena.config import SessionConfig
 from arena.session.runner import open_session
 from arena.tasks.sources import load_tasks
@@ -58,10 +59,8 @@ def _stored_text(db_path) -> str:
         conn.close()
 
 
-class _FaultingSolver:
+class _FaultingSolver(BasePolicy):
     """A solver backend whose faults quote its endpoint's URL in full (as a backend of anyone's might)."""
-
-    supports_prefill = False
 
     def __init__(self, url: str) -> None:
         self.url, self.name = url, "faulting"

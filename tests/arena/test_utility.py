@@ -11,6 +11,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agents.backends.fake import FakePolicy
+from agents.capabilities import Capability
 from arena.config import SessionConfig
 from arena.episode.context import Roles
 from arena.session.runner import run_session
@@ -100,6 +101,8 @@ def test_the_baseline_arm_holds_active_lessons_only_never_other_candidates(setup
 
 class BatchingFake(FakePolicy):
     """A FakePolicy with ``sample_batch``: records each batch's size, temperature and seed."""
+
+    capabilities = frozenset({Capability.SAMPLE, Capability.SAMPLE_BATCH})
 
     def __init__(self, responder) -> None:
         super().__init__(responder)
