@@ -78,6 +78,9 @@ class ObjectiveSpec:
             False: it reads only the contexts the solver had, so a rubric session can sleep with it.
         examples_per: ``"rollout"`` (one example per stored rollout at most) or ``"episode"``
             (one per episode: what a cycle's budget check counts).
+        uses_hints: its data includes the guided re-attempts of all-fail groups (or their hints),
+            so the sessions it sleeps on give hints (``arena bench learning``); False: guided
+            rollouts are counted ``guided_not_used``.
         needs: capabilities the solver must have for a sleep with it (weights to train; scoring
             by teacher forcing to rescore π_old).
         trl_baseline: the TRL trainer ``arena bench distill`` compares its tokens/s with; None: no row.
@@ -95,6 +98,7 @@ class ObjectiveSpec:
     sampling_temperature: bool = False
     reads_rewards: bool = True
     examples_per: Literal["rollout", "episode"] = "rollout"
+    uses_hints: bool = True
     needs: frozenset[Capability] = field(default_factory=lambda: frozenset({Capability.TRAIN_ADAPTER}))
     trl_baseline: str | None = None
     teacher_is_start: bool = False
@@ -190,25 +194,26 @@ def objective_table() -> str:
 
 _TRAIN = frozenset({Capability.TRAIN_ADAPTER})
 _TRAIN_SCORE = frozenset({Capability.TRAIN_ADAPTER, Capability.SCORE})
-_SUPERVISED = "arena.distill.objectives.supervised:Supervised"
+_SUPERVISED = "arena.distill.objectives.supervised:"
 _PG = "arena.distill.objectives.policy_gradient:PolicyGradient"
 
 register(ObjectiveSpec(
     "distill", "lessons-free context distillation of successes, plus guided successes weighted by Guide's "
-    "importance ratio", "supervised", _SUPERVISED,
+    "importance ratio", "supervised", _SUPERVISED + "ContextDistillation",
     "Snell et al. 2022 (arXiv 2209.15189); Guide, Nath et al. 2025 (arXiv 2506.13923)",
     kinds=("context", "guided", "sft"), dropout=0.0, sampling_temperature=True, needs=_TRAIN_SCORE))
 register(ObjectiveSpec(
-    "sft", "rejection-sampling SFT on unguided successes in their sampling context", "supervised", _SUPERVISED,
+    "sft", "rejection-sampling SFT on unguided successes in their sampling context", "supervised", _SUPERVISED + "SFT",
     "STaR, Zelikman et al. 2022 (arXiv 2203.14465)",
-    kinds=("context", "guided", "sft"), trl_baseline="SFTTrainer"))
+    kinds=("context", "guided", "sft"), uses_hints=False, trl_baseline="SFTTrainer"))
 register(ObjectiveSpec(
-    "guided-unweighted", "distill without Guide's importance weights (the ablation)", "supervised", _SUPERVISED,
+    "guided-unweighted", "distill without Guide's importance weights (the ablation)", "supervised",
+    _SUPERVISED + "GuidedUnweighted",
     "Guide's ablation (arXiv 2506.13923)", kinds=("context", "guided", "sft"), dropout=0.0))
 register(ObjectiveSpec(
     "grpo", "group-relative policy gradient on every unguided rollout, PPO's clipped ratio", "policy-gradient", _PG,
     "GRPO, Shao et al. 2024 (arXiv 2402.03300); PPO, Schulman et al. 2017 (arXiv 1707.06347)",
-    kinds=("grpo", "guided-grpo"), dropout=0.0, sampling_temperature=True, needs=_TRAIN_SCORE,
+    kinds=("grpo", "guided-grpo"), dropout=0.0, sampling_temperature=True, uses_hints=False, needs=_TRAIN_SCORE,
     trl_baseline="GRPOTrainer"))
 register(ObjectiveSpec(
     "guide-grpo", "grpo plus the guided groups under their unhinted context, Guide's shaped ratio",

@@ -184,7 +184,7 @@ def bench_distill_speed(
     n_params = sum(p.numel() for p in probe.model.parameters())
     dtype = str(next(probe.model.parameters()).dtype).replace("torch.", "")
     data = {o: _sft_data(probe, steps * batch_size) if not get_objective(o).policy_gradient else
-            _rl_data(probe, steps * batch_size // group_size, group_size, guided=o == "guide-grpo") for o in objectives}
+            _rl_data(probe, steps * batch_size // group_size, group_size, guided=get_objective(o).uses_hints) for o in objectives}
     del probe
     gc.collect()
 

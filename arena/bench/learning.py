@@ -44,15 +44,49 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arena.config import (DEFAULT_FAMILY, RUN_UTILITY_EVERY, RUN_UTILITY_SAMPLES, RUN_UTILITY_TASKS,
-                          SessionConfig)
+from arena.config import (DEFAULT_FAMILY, DEFAULT_SLEEP_OBJECTIVE, RUN_UTILITY_EVERY, RUN_UTILITY_SAMPLES,
+                          RUN_UTILITY_TASKS, SessionConfig)
+from arena.objectives import get_objective
 from lessons.outcomes import HELDOUT_AFTER, HELDOUT_BEFORE, eval_name
 
-CONDITIONS = ("base", "lessons", "sft", "distill", "grpo", "guide-grpo", "opcd", "loop", "oracle")
-# on-policy objectives: each sleep continues the adapter that sampled the cycle's rollouts
-ON_POLICY = ("grpo", "guide-grpo", "opcd")
+
+
+@dataclass(frozen=True)
+class SleepCondition:
+    """A condition that learns by one objective's sleeps (its name is the objective's).
+
+    The rest of its session follows from the objective's registry spec: its all-fail groups get hints
+    when the objective uses them (``uses_hints``), and a policy-gradient or on-policy objective's sleeps
+    continue the adapter that sampled the cycle's rollouts (``--sleep-from previous``).
+
+    Attributes:
+        objective: a registered objective.
+        lessons: the wake writes lessons (teacher reflection, utility A/B) and shows them; False: the
+            condition learns in weights only (``--no-reflect``, no lessons in context).
+    """
+
+    objective: str
+    lessons: bool = False
+
+    @property
+    def hints(self) -> bool:
+        return get_objective(self.objective).uses_hints
+
+    @property
+    def on_policy(self) -> bool:
+        return get_objective(self.objective).family != "supervised"
+
+
+# The objectives the bench compares, in report order (the design of the experiment; each one's settings come from
+# its registry spec): STaR, today's default, Guide's ablation and Guide, on-policy context distillation.
+SLEEP_CONDITIONS: tuple[SleepCondition, ...] = (
+    SleepCondition("sft"), SleepCondition("distill"), SleepCondition("grpo"), SleepCondition("guide-grpo"),
+    SleepCondition("opcd", lessons=True),
+)
+_SLEEPS = {c.objective: c for c in SLEEP_CONDITIONS}
+CONDITIONS = ("base", "lessons", *_SLEEPS, "loop", "oracle")
 # conditions whose all-fail groups get hints (--hint-mode chooses which)
-HINTED = ("distill", "guide-grpo", "opcd", "loop")
+HINTED = (*(c.objective for c in SLEEP_CONDITIONS if c.hints), "loop")
 
 
 class LearningBenchError(ValueError):
@@ -140,24 +174,17 @@ def session_config(name: str, bcfg: LearningBenchConfig, db: Path) -> SessionCon
     if name == "lessons":
         return SessionConfig(**common, rounds=bcfg.rounds * bcfg.cycles, cycles=1, hint_modes=[],
                              utility_every=bcfg.utility_every)
-    if name == "sft":
-        return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, hint_modes=[], lesson_tokens=0,
-                             utility_every=0, reflect=False, sleep_objective="sft")
-    if name == "distill":
-        return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, lesson_tokens=0, utility_every=0,
-                             reflect=False, sleep_objective="distill", **hints)
-    # with one cycle the previous policy is the base: --sleep-from base trains the same thing
-    on_policy = {"sleep_from": "previous"} if bcfg.cycles > 1 else {}
-    if name in ("grpo", "guide-grpo"):
-        return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, lesson_tokens=0, utility_every=0,
-                             reflect=False, sleep_objective=name, **on_policy,
-                             **({"hint_modes": []} if name == "grpo" else hints))
-    if name == "opcd":
-        return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, utility_every=bcfg.utility_every,
-                             sleep_objective="opcd", **on_policy, **hints)
+    sleep = _SLEEPS.get(name)
+    if sleep is not None:
+        # with one cycle the previous policy is the base: --sleep-from base trains the same thing
+        on_policy = {"sleep_from": "previous"} if sleep.on_policy and bcfg.cycles > 1 else {}
+        learning = ({"utility_every": bcfg.utility_every} if sleep.lessons
+                    else {"lesson_tokens": 0, "utility_every": 0, "reflect": False})  # in weights only
+        return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, sleep_objective=name, **learning,
+                             **on_policy, **(hints if sleep.hints else {"hint_modes": []}))
     if name == "loop":
         return SessionConfig(**common, rounds=bcfg.rounds, cycles=bcfg.cycles, utility_every=bcfg.utility_every,
-                             **({"sleep_objective": "distill"} if bcfg.cycles == 1 else {}), **hints)
+                             **({"sleep_objective": DEFAULT_SLEEP_OBJECTIVE} if bcfg.cycles == 1 else {}), **hints)
     raise ValueError(f"{name} is not a session condition")
 
 

@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as _replace
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -156,18 +156,23 @@ def build_dataset(
     objective: str,
     success_threshold: float,
     strip_lessons: Callable[[list[Message]], list[Message]],
-    name: str | None = None,
+    *,
+    sampling_context: bool = False,
+    guided: Literal["weighted", "unweighted", "none"] = "weighted",
 ) -> DistillDataset:
-    """Select and shape the training examples of ``objective`` from stored rollouts.
+    """Select and shape the training examples of a supervised objective from stored rollouts.
 
     Args:
         rollouts: a session's train rollouts (:meth:`lessons.library.adapters.AdapterStore.training_rollouts`).
-        objective: the selection rule: ``"distill"``, ``"sft"`` or ``"guided-unweighted"`` (see the module docstring).
+        objective: the registered supervised objective the data is for (its provenance and report).
         success_threshold: a rollout is a success when its reward is at least this.
         strip_lessons: returns the chat without its lessons section (the solver owns the
             prompt format: :func:`agents.roles.solver.strip_lessons_section`).
-        name: the registered objective the data is for (its provenance and report); default ``objective``
-            (another objective that selects as one of the three passes its own name).
+        sampling_context: unguided successes keep the chat they were sampled in, lessons included
+            (kind ``sft``: STaR's rejection sampling); False: the chat without its lessons (kind
+            ``context``: context distillation).
+        guided: guided successes under their unguided chat, importance-weighted (``weighted``:
+            ``distill``) or with weight 1 (``unweighted``: the ablation); ``none``: not used (``sft``).
 
     Returns:
         The examples in rollout order with skip counts by reason: ``failed`` (reward below
@@ -175,16 +180,18 @@ def build_dataset(
         ``guided_without_context`` / ``guided_without_logprobs`` (a guided rollout lacking
         its unguided chat or log-probs of every token), ``mentions_hint`` (a guided completion
         that talks about its hint or quotes it: :func:`mentions_hint`), ``guided_not_used``
-        (objective sft), ``empty`` (no completion tokens). Guided successes that are
+        (``guided="none"``), ``empty`` (no completion tokens). Guided successes that are
         implausible without their hint are screened afterwards, with a model:
         :func:`screen_implausible`.
 
     Raises:
-        ValueError: unknown objective.
+        ValueError: ``objective`` is not a registered supervised objective, or ``guided`` is unknown.
     """
-    if objective not in ("distill", "sft", "guided-unweighted"):
-        raise ValueError(f"objective must be distill, sft or guided-unweighted, not {objective!r}")
-    out = DistillDataset(objective=name or objective, examples=[], rollouts_seen=len(rollouts))
+    if get_objective(objective).family != "supervised":
+        raise ValueError(f"objective must be one of {', '.join(objective_names('supervised'))}, not {objective!r}")
+    if guided not in ("weighted", "unweighted", "none"):
+        raise ValueError(f"guided must be weighted, unweighted or none, not {guided!r}")
+    out = DistillDataset(objective=objective, examples=[], rollouts_seen=len(rollouts))
     for r in rollouts:
         if not passes(r.reward, success_threshold):
             out.skipped["failed"] += 1
@@ -194,7 +201,7 @@ def build_dataset(
             continue
         lessons = tuple(r.lessons_in_context)
         if not r.guided:
-            if objective == "sft":
+            if sampling_context:
                 msgs, kind = [dict(m) for m in r.messages], "sft"
             else:
                 msgs, kind = strip_lessons([dict(m) for m in r.messages]), "context"
@@ -203,7 +210,7 @@ def build_dataset(
                                r.finish_reason == "stop", lessons, None)
             )
             continue
-        if objective == "sft":
+        if guided == "none":
             out.skipped["guided_not_used"] += 1
             continue
         if not r.unguided_messages:
@@ -214,7 +221,7 @@ def build_dataset(
             out.skipped["mentions_hint"] += 1
             continue
         old: list[float] | None = None
-        if objective == "distill":
+        if guided == "weighted":
             if r.logprobs is None or len(r.logprobs) != len(r.token_ids):
                 out.skipped["guided_without_logprobs"] += 1
                 continue
@@ -431,11 +438,11 @@ class RLExample:
 
 
 def build_rl_dataset(rollouts: Sequence[TrainingRollout], objective: str,
-                     pass_threshold: float | None = None) -> DistillDataset:
+                     pass_threshold: float | None = None, *, guided: bool = True) -> DistillDataset:
     """Group the stored rollouts and give every rollout its group-relative advantage (GRPO; Guide).
 
     A group is the rollouts of one episode (one task, one round) with one guidance: the k
-    unguided rollouts, and — for ``guide-grpo`` — the guided re-attempt of an all-fail group with
+    unguided rollouts, and — with ``guided`` (``guide-grpo``) — the guided re-attempt of an all-fail group with
     its hint, normalised on its own (Guide, arXiv 2506.13923). ``Â_i = (r_i − mean(r)) / (std(r) +
     1e-6)`` over every rollout of the group (:func:`arena.distill.losses.group_advantages`);
     groups whose rewards are all equal carry no signal and are dropped. Rollouts that cannot be
@@ -450,9 +457,10 @@ def build_rl_dataset(rollouts: Sequence[TrainingRollout], objective: str,
 
     Args:
         rollouts: the session's train rollouts (any order).
-        objective: ``"grpo"`` (unguided rollouts only: the ablation Guide compares against) or
-            ``"guide-grpo"``.
+        objective: the registered policy-gradient objective the data is for (``grpo``, ``guide-grpo``).
         pass_threshold: the success threshold of a verifier session; None: raw rewards.
+        guided: the guided groups are used (``guide-grpo``); False: unguided rollouts only, guided
+            ones counted ``guided_not_used`` (``grpo``: the ablation Guide compares against).
 
     Returns:
         The examples in rollout order; ``skipped`` counts rollouts by reason: ``guided_not_used``
@@ -469,7 +477,7 @@ def build_rl_dataset(rollouts: Sequence[TrainingRollout], objective: str,
     out = DistillDataset(objective=objective, examples=[], rollouts_seen=len(rollouts))
     groups: dict[tuple[int, bool], list[TrainingRollout]] = {}
     for r in rollouts:
-        if r.guided and objective == "grpo":
+        if r.guided and not guided:
             out.skipped["guided_not_used"] += 1
             continue
         if not math.isfinite(r.reward):

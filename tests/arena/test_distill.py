@@ -121,16 +121,27 @@ def test_build_dataset_objectives():
     assert prov["by_kind"] == {"context": 1, "guided": 1, "sft": 0} and prov["rollout_ids"] == [1, 3]
     assert prov["hint_ids"] == [9] and d.lessons_in_context == ["chain_sum-00001"]
 
-    u = build_dataset(rollouts, "guided-unweighted", 1.0, strip_lessons_section)
+    # each objective's selection, as its implementation asks build_dataset for it
+    from arena.distill.objectives.base import DataContext
+    from arena.objectives import get_objective
+
+    ctx = DataContext(store=None, session="s", success_threshold=1.0)
+    assert get_objective("distill").load().build_dataset(rollouts, ctx).examples == d.examples
+    u = get_objective("guided-unweighted").load().build_dataset(rollouts, ctx)
+    assert u.objective == "guided-unweighted"
     assert [(e.kind, e.rollout_id, e.weighted) for e in u.examples] == [("context", 1, False), ("guided", 3, False), ("guided", 5, False)]
 
-    s = build_dataset(rollouts, "sft", 1.0, strip_lessons_section)
+    s = get_objective("sft").load().build_dataset(rollouts, ctx)
+    assert s.examples == build_dataset(rollouts, "sft", 1.0, strip_lessons_section, sampling_context=True,
+                                       guided="none").examples
     assert [(e.kind, e.rollout_id) for e in s.examples] == [("sft", 1)]
     assert s.examples[0].messages == solver_messages("What is 2 + 3?", LESSON_SECTION)  # as sampled
     assert s.skipped["guided_not_used"] == 2
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown objective 'rl'"):
         build_dataset(rollouts, "rl", 1.0, strip_lessons_section)
+    with pytest.raises(ValueError, match="must be one of distill, sft, guided-unweighted, not 'grpo'"):
+        build_dataset(rollouts, "grpo", 1.0, strip_lessons_section)
 
 
 def test_no_eligible_training_data_says_why():

@@ -8,6 +8,7 @@ import json
 import math
 import sqlite3
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,6 +23,8 @@ from arena.distill.losses import (
     ppo_clip_loss,
     tempered_logprobs,
 )
+from arena.distill.objectives.base import DataContext
+from arena.objectives import get_objective
 from lessons.library.adapters import TrainingRollout
 
 # --------------------------------------------------------------------------- losses, by hand
@@ -103,7 +106,12 @@ def test_groups_advantages_and_what_is_dropped():
     assert ex.messages == [{"role": "user", "content": "q"}] and "Hint" in ex.sampling_messages[0]["content"]
     assert g.provenance()["by_kind"] == {"grpo": 4, "guided-grpo": 2}
 
-    plain = build_rl_dataset(rs, "grpo")  # the ablation: no guided rollouts
+    plain = build_rl_dataset(rs, "grpo", guided=False)  # the ablation: no guided rollouts
+    no_session = SimpleNamespace(get_session=lambda name: None)  # a verifier session: pass / fail advantages
+    assert get_objective("grpo").load().build_dataset(rs, DataContext(no_session, "s", 1.0)).examples == \
+        build_rl_dataset(rs, "grpo", 1.0, guided=False).examples  # grpo's spec: uses_hints False
+    assert get_objective("guide-grpo").load().build_dataset(rs, DataContext(no_session, "s", 1.0)).examples == \
+        build_rl_dataset(rs, "guide-grpo", 1.0).examples
     assert [e.rollout_id for e in plain.examples] == [1, 2, 3, 4] and plain.skipped["guided_not_used"] == 2
 
 

@@ -17,12 +17,13 @@ from arena.distill.trainer import completion_logits, encode_examples
 from arena.objectives import ObjectiveSpec
 
 SPEC = ObjectiveSpec("smoothed-sft", "sft with label smoothing 0.1", "supervised", "toy_objective:LabelSmoothedSFT",
-                     "Szegedy et al. 2016 (arXiv 1512.00567)", kinds=("context", "guided", "sft"))
+                     "Szegedy et al. 2016 (arXiv 1512.00567)", kinds=("context", "guided", "sft"), uses_hints=False)
 
 
 class LabelSmoothedSFT(Objective):
     def build_dataset(self, rollouts, ctx):
-        return build_dataset(rollouts, "sft", ctx.success_threshold, lambda chat: chat, name=self.name)
+        return build_dataset(rollouts, self.name, ctx.success_threshold, lambda chat: chat, sampling_context=True,
+                             guided="none")
 
     def require(self, data, ctx):
         require_examples(data, ctx.session, ctx.success_threshold)

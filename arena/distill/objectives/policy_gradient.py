@@ -84,7 +84,8 @@ class PolicyGradient(Objective):
     def build_dataset(self, rollouts: Sequence[Any], ctx: DataContext) -> DistillDataset:
         # advantages from the verifier's pass / fail (its partial credit would reinforce wrong answers); a rubric's
         # graded rewards as they are
-        return build_rl_dataset(rollouts, self.name, ctx.success_threshold if ctx.verifier_session() else None)
+        return build_rl_dataset(rollouts, self.name, ctx.success_threshold if ctx.verifier_session() else None,
+                                guided=self.spec.uses_hints)
 
     def require(self, data: DistillDataset, ctx: DataContext) -> None:
         require_rl_examples(data, ctx.session)

@@ -26,10 +26,20 @@ from arena.distill.trainer import completion_logits, encode_examples
 
 
 class Supervised(Objective):
-    """The supervised objectives: weighted NLL of the completion tokens of stored successes."""
+    """The supervised objectives: weighted NLL of the completion tokens of stored successes.
+
+    Subclasses say how their examples are selected (:func:`arena.distill.data.build_dataset`):
+    ``sampling_context`` (unguided successes keep their lessons) and ``weighted`` (Guide's weights on
+    guided successes); whether guided successes are used at all is the spec's ``uses_hints``.
+    """
+
+    sampling_context = False
+    weighted = True
 
     def build_dataset(self, rollouts: Sequence[Any], ctx: DataContext) -> DistillDataset:
-        return build_dataset(rollouts, self.name, ctx.success_threshold, strip_lessons_section)
+        guided = ("weighted" if self.weighted else "unweighted") if self.spec.uses_hints else "none"
+        return build_dataset(rollouts, self.name, ctx.success_threshold, strip_lessons_section,
+                             sampling_context=self.sampling_context, guided=guided)
 
     def require(self, data: DistillDataset, ctx: DataContext) -> None:
         require_examples(data, ctx.session, ctx.success_threshold)
@@ -53,3 +63,19 @@ class Supervised(Objective):
             logits.detach() / cfg.temperature, targets, reduction="none")
         w, gamma = importance_weights(logp_t, old, hinted, cfg.is_quantile, cfg.is_floor)  # (N,) detached
         return LossParts((w * -logp).sum(), int(batch["attention_mask"].sum()), int(tm.sum()), gamma=gamma)
+
+
+class ContextDistillation(Supervised):
+    """``distill``: lessons-free context distillation of unguided successes, Guide-weighted guided successes."""
+
+
+class SFT(Supervised):
+    """``sft``: STaR's rejection-sampling SFT — unguided successes in the chat they were sampled in."""
+
+    sampling_context = True
+
+
+class GuidedUnweighted(Supervised):
+    """``guided-unweighted``: ``distill`` with weight 1 on the guided successes (the ablation of Guide's weights)."""
+
+    weighted = False
