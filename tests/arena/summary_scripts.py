@@ -15,8 +15,9 @@ summary, every optional one included:
 - ``cycles``: two wake–sleep cycles whose sleeps are refused (too few examples), plan hints that
   every attempt leaks (refused plans by reason), and a train task whose every rollout faults.
 
-``tests/arena/data/summary/make_fixtures.py`` writes each scenario's stdout next to it; the
-fixtures committed there were written by the code before the summary became a typed model.
+``tests/arena/data/summary/make_fixtures.py`` writes each scenario's stdout next to it, with
+``--json`` and without (the table); the fixtures committed there were written by the code before
+the summary became a typed model.
 """
 
 from __future__ import annotations
@@ -57,12 +58,13 @@ class TimedFake(FakePolicy):
                  seconds: float) -> None:
         super().__init__(responder, name)
         self.stats = RoleStats()
-        self.stats.calls, self.stats.prompt_tokens, self.stats.completion_tokens = calls, prompt_tokens, completion_tokens
+        self.stats.calls, self.stats.prompt_tokens = calls, prompt_tokens
+        self.stats.completion_tokens = completion_tokens
         self.stats.seconds = seconds
 
 
 def _clock() -> types.SimpleNamespace:
-    """A stand-in for the runner's ``time`` module: the first ``perf_counter()`` is the start, every later one the end."""
+    """A stand-in for the runner's ``time`` module: the first ``perf_counter()`` is the start, every later the end."""
     ticks = iter([WALL_START])
     return types.SimpleNamespace(perf_counter=lambda: next(ticks, WALL_END))
 
@@ -81,7 +83,7 @@ def _patched(roles: Roles) -> Iterator[None]:
 
 
 def run_cli(args: list[str], roles: Roles) -> str:
-    """``arena ARGS`` in this process with ``roles`` for the models; its stdout.
+    """``arena ARGS`` in this process with ``roles`` for the models; its stdout (a 200-column terminal, no colour).
 
     Raises:
         AssertionError: the command did not exit 0 (its stderr in the message).
@@ -91,7 +93,7 @@ def run_cli(args: list[str], roles: Roles) -> str:
     from arena.cli import app
 
     with _patched(roles):
-        result = CliRunner().invoke(app, args)
+        result = CliRunner().invoke(app, args, env={"COLUMNS": "200", "FORCE_COLOR": None, "TTY_COMPATIBLE": None})
     assert result.exit_code == 0, (result.exit_code, result.stderr[-3000:], result.exception)
     return result.stdout
 
@@ -99,10 +101,10 @@ def run_cli(args: list[str], roles: Roles) -> str:
 # --------------------------------------------------------------------------- frontier
 
 
-def _frontier(tmp: Path) -> str:
+def _frontier(tmp: Path, json_out: bool) -> str:
     args = ["run", "--db", str(tmp / "arena.db"), "--family", EASY, "--train-tasks", "3", "--heldout-tasks", "4",
             "--rounds", "3", "--rollouts", "4", "--seed", "0", "--curriculum", "frontier", "--proposals", "1",
-            "--utility-every", "3", "--utility-tasks", "2", "--session", "frontier", "--json"]
+            "--utility-every", "3", "--utility-tasks", "2", "--session", "frontier", *(["--json"] if json_out else [])]
     faulty = load_tasks([EASY], None, 3, 4, 0).heldout[0].question  # the endpoint never answers this held-out task
 
     def solver(messages, i):
@@ -130,7 +132,7 @@ def _frontier(tmp: Path) -> str:
 # --------------------------------------------------------------------------- rubric
 
 
-def _rubric(tmp: Path) -> str:
+def _rubric(tmp: Path, json_out: bool) -> str:
     import rubric_scripts
 
     path = rubric_scripts.write_tasks(tmp / "sky.jsonl")
@@ -139,21 +141,22 @@ def _rubric(tmp: Path) -> str:
                                  "rubric": rubric_scripts.RUBRIC}) + "\n" for i in range(4))
     args = ["run", "--db", str(tmp / "arena.db"), "--tasks-file", str(path), "--reward", "rubric-explicit",
             "--critic", "local", "--train-tasks", "2", "--heldout-tasks", "2", "--rounds", "2", "--rollouts", "4",
-            "--seed", "1", "--online-rubrics", "2", "--utility-every", "2", "--session", "rubric", "--json"]
+            "--seed", "1", "--online-rubrics", "2", "--utility-every", "2", "--session", "rubric",
+            *(["--json"] if json_out else [])]
     return run_cli(args, rubric_scripts.roles())
 
 
 # --------------------------------------------------------------------------- cycles
 
 
-def _cycles(tmp: Path) -> str:
+def _cycles(tmp: Path, json_out: bool) -> str:
     path = tmp / "adding.jsonl"
     path.write_text("".join(json.dumps({"question": f"What is {i} + {i + 1}?", "answer": str(2 * i + 1)}) + "\n"
                             for i in range(8)))
     args = ["run", "--db", str(tmp / "arena.db"), "--tasks-file", str(path), "--train-tasks", "3",
             "--heldout-tasks", "2", "--rounds", "1", "--rollouts", "4", "--cycles", "2", "--sleep-objective", "sft",
             "--sleep-min-examples", "8", "--hint-mode", "plan", "--utility-every", "0", "--max-tokens", "16",
-            "--session", "cycles", "--json"]
+            "--session", "cycles", *(["--json"] if json_out else [])]
     train = load_tasks([], path, 3, 2, 0).train
     hopeless, faulty = train[1].question, train[2].question  # every rollout wrong; every rollout an endpoint fault
 
@@ -175,10 +178,15 @@ def _cycles(tmp: Path) -> str:
     return run_cli(args, Roles(FakePolicy(solver, "solver"), FakePolicy(teacher, "teacher")))
 
 
-def run_scenario(name: str, tmp: Path) -> str:
+def run_scenario(name: str, tmp: Path, json_out: bool = True) -> str:
     """The stdout of scenario ``name`` (one of :data:`SCENARIOS`), run in the empty folder ``tmp``.
+
+    Args:
+        name: the scenario.
+        tmp: an empty folder for its library and task file.
+        json_out: ``--json`` (the summary object); False: the end-of-session table.
 
     Raises:
         KeyError: an unknown scenario.
     """
-    return {"frontier": _frontier, "rubric": _rubric, "cycles": _cycles}[name](tmp)
+    return {"frontier": _frontier, "rubric": _rubric, "cycles": _cycles}[name](tmp, json_out)
