@@ -13,7 +13,8 @@ the wall time, :class:`RoleSpeed` per role).
 The JSON is the CLI's contract: :meth:`SessionSummary.to_json` prints exactly what ``--json``
 printed when the summary was a dict (same keys, order, rounding, ``null``\\ s; pinned by
 ``tests/arena/test_summary_json.py``). The hint, rubric and curriculum parts are nested models
-here and flat keys there; :meth:`SessionSummary.model_json_schema` describes the flat JSON.
+here and flat keys there; :meth:`SessionSummary.model_json_schema` describes the flat JSON, and
+:func:`summary_fields_markdown` renders it for the docs.
 """
 
 from __future__ import annotations
@@ -601,3 +602,55 @@ def online_rubrics_summary(updates: Sequence[Any]) -> OnlineRubricUpdates:
         failed=[f"{u.task_key}: {u.error}" for u in updates if u.error][:10],
     )
 
+
+# --------------------------------------------------------------------------- the docs' table
+
+
+def _schema_type(prop: Mapping[str, Any]) -> str:
+    """A JSON-schema property's type in words: ``integer``, ``number or null``, ``array of RoundFigures`` …"""
+    if "$ref" in prop:
+        return prop["$ref"].rsplit("/", 1)[-1]
+    if "anyOf" in prop:
+        return " or ".join(_schema_type(o) for o in prop["anyOf"])
+    kind = prop.get("type", "any")
+    if kind == "array" and "prefixItems" in prop:
+        return f"[{', '.join(_schema_type(o) for o in prop['prefixItems'])}]"
+    if kind == "array":
+        return f"array of {_schema_type(prop.get('items', {}))}"
+    if kind == "object" and isinstance(prop.get("additionalProperties"), dict):
+        return f"object of string → {_schema_type(prop['additionalProperties'])}"
+    return kind
+
+
+def _markdown_text(text: str | None) -> str:
+    """A docstring or description as one Markdown line: reST roles and double backquotes become code spans."""
+    for role in (":func:", ":class:", ":meth:", ":mod:", ":data:"):
+        text = (text or "").replace(role, "")
+    return " ".join(text.replace("``", "`").split()).replace("|", "\\|")
+
+
+def _markdown_rows(schema: Mapping[str, Any]) -> list[str]:
+    """``| name | type | description |`` rows of an object schema's properties (pattern-named ones by their title)."""
+    props = {**schema.get("properties", {}),
+             **{p.get("title", pattern): p for pattern, p in schema.get("patternProperties", {}).items()}}
+    return [f"| `{name}` | {_schema_type(prop)} | {_markdown_text(prop.get('description'))} |"
+            for name, prop in props.items()]
+
+
+def summary_fields_markdown(model: type[BaseModel] = RunSummary) -> str:
+    """The fields of the ``--json`` summary as Markdown, from :meth:`RunSummary.model_json_schema`, for the docs.
+
+    Args:
+        model: the model to describe (default the whole ``arena run --json`` object).
+
+    Returns:
+        A ``| name | type | description |`` table of the top-level keys in JSON order (the
+        serialisation schema: what ``--json`` holds; a key that may be absent says when), then one
+        ``### Model`` section with a table per nested model (:class:`EvalFigure`, :class:`RoundFigures` …).
+    """
+    schema = model.model_json_schema(mode="serialization")
+    header = ["| name | type | description |", "| --- | --- | --- |"]
+    out = [*header, *_markdown_rows(schema)]
+    for name, sub in schema.get("$defs", {}).items():
+        out += ["", f"### {name}", "", _markdown_text(sub.get("description")), "", *header, *_markdown_rows(sub)]
+    return "\n".join(out) + "\n"

@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 from summary_scripts import SCENARIOS, run_scenario
 
-from arena.session.summary import RoundFigures, RunSummary
+from arena.session.summary import RoundFigures, RunSummary, summary_fields_markdown
 
 FIXTURES = Path(__file__).parent / "data" / "summary"
 
@@ -102,3 +102,19 @@ def test_the_schema_lists_the_keys_of_the_json_in_its_order_each_with_a_descript
         assert sub.get("description"), name
         described(sub, name)
 
+
+def test_the_docs_table_lists_every_top_level_field():
+    md = summary_fields_markdown()
+    top = md.split("\n\n### ")[0].splitlines()
+    assert top[:2] == ["| name | type | description |", "| --- | --- | --- |"]
+    rows = [line.split(" | ") for line in top[2:]]
+    names = [r[0].removeprefix("| `").removesuffix("`") for r in rows]
+    assert names == list(RunSummary.model_json_schema(mode="serialization")["properties"])
+    assert set(names) == {k for s in SCENARIOS for k in json.loads(pinned(s))}
+    assert all(len(r) == 3 and r[1].strip() and r[2].strip(" |") for r in rows)
+    assert next(r for r in rows if r[0] == "| `rounds`")[1] == "array of RoundFigures"
+    assert "Absent with --reward verifier." in next(r for r in rows if r[0] == "| `hack_flags`")[2]
+    for model in ("EvalFigure", "PairedComparison", "RoundFigures", "CycleSummary", "CalibrationFigures",
+                  "DifficultyStep", "DifficultyEnd", "OnlineRubricUpdates", "RoleSpeed"):
+        assert f"\n### {model}\n" in md, model
+    assert "| `pass_at_{k}` | number |" in md.split("### RoundFigures")[1]
