@@ -10,7 +10,8 @@ They were written as the old code prints them, from a checkout of that commit wi
 
     git worktree add --detach /tmp/old-main 6b7546e
     cp tests/arena/summary_scripts.py /tmp/old-main/tests/arena/
-    mkdir -p /tmp/old-main/tests/arena/data/summary && cp tests/arena/data/summary/make_fixtures.py "$_"
+    mkdir -p /tmp/old-main/tests/arena/data/summary
+    cp tests/arena/data/summary/make_fixtures.py /tmp/old-main/tests/arena/data/summary/
     cd /tmp/old-main && PYTHONPATH=.:tests:tests/arena python tests/arena/data/summary/make_fixtures.py --out DIR
     git worktree remove --force /tmp/old-main
 
