@@ -1,7 +1,9 @@
-"""Write the generated reference pages from the program: docs/reference/cli.md and docs/reference/objectives.md.
+"""Write the generated reference pages from the program: docs/reference/cli.md, objectives.md and run-summary.md.
 
 - cli.md: every command of the real `arena` typer app, its usage, help and options;
-- objectives.md: the training objectives of the registry (arena/objectives.py), one row each.
+- objectives.md: the training objectives of the registry (arena/objectives.py), one row each;
+- run-summary.md: below its hand-written introduction, every field of `arena run --json` from the summary's typed
+  model (arena.session.summary.RunSummary).
 
 Run it after changing a command, an option or its help, or an objective's spec, and commit the result:
 
@@ -134,7 +136,21 @@ def render_objectives() -> str:
     return OBJECTIVES_HEADER + objective_table()
 
 
-PAGES = {OUT: render, OBJECTIVES_OUT: render_objectives}
+SUMMARY_OUT = ROOT / "docs" / "reference" / "run-summary.md"
+SUMMARY_MARK = "<!-- Generated below by docs/gen_reference.py from arena.session.summary.RunSummary; do not edit below. -->"
+
+
+def render_summary() -> str:
+    """docs/reference/run-summary.md: its hand-written part as committed, then every field of the summary's typed
+    model (:func:`arena.session.summary.summary_fields_markdown`)."""
+    from arena.session.summary import summary_fields_markdown
+
+    text = SUMMARY_OUT.read_text(encoding="utf-8") if SUMMARY_OUT.exists() else "# The run summary\n\n"
+    prose = text.split(SUMMARY_MARK, 1)[0].rstrip("\n")
+    return f"{prose}\n\n{SUMMARY_MARK}\n\n## Every field\n\n{summary_fields_markdown().rstrip()}\n"
+
+
+PAGES = {OUT: render, OBJECTIVES_OUT: render_objectives, SUMMARY_OUT: render_summary}
 
 
 def main(argv: list[str]) -> int:

@@ -397,11 +397,12 @@ def _session_condition(
             sampled=sampled, rollouts=sum(per_round.values()), utility_samples=utility,
             train_tokens=sum(int(a.metrics.get("tokens", 0)) for a in adapters.values()),
             curve=_curve(store, sid, cfg, per_round), error=None, adapters=[a.adapter_id for a in adapters.values()],
-            cycles=summary.get("cycles"), lessons_added=summary.get("lessons_added"),
-            lessons_active=summary.get("lessons_active"), reflections_failed=summary.get("reflections_failed"),
-            all_fail_rescued=summary.get("all_fail_rescued"), role_speed=summary.get("role_speed"),
-            guided_success_rate=summary.get("guided_success_rate"),
-            sleeps_refused=[c["sleep_refused"] for c in summary.get("cycles") or [] if c.get("sleep_refused")],
+            cycles=[c.model_dump(mode="json") for c in summary.cycles], lessons_added=summary.lessons_added,
+            lessons_active=summary.lessons_active, reflections_failed=summary.reflections_failed,
+            all_fail_rescued=summary.hints.all_fail_rescued,
+            role_speed={role: r.model_dump(mode="json") for role, r in summary.role_speed.items()},
+            guided_success_rate=summary.hints.guided_success_rate,
+            sleeps_refused=[c.sleep_refused for c in summary.cycles if c.sleep_refused],
             lessons=[_lesson_record(a) for _, a in sorted(adapters.items())],
         )
     for p in {id(x): x for x in (solver, roles.solver, roles.teacher)}.values():

@@ -11,10 +11,9 @@ the retries) ends in one line naming the library and exit code 3; what was commi
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from pydantic import ValidationError
@@ -25,6 +24,9 @@ from agents.backends.registry import spec_list
 from arena.config import RUN_UTILITY_EVERY, RUN_UTILITY_SAMPLES, RUN_UTILITY_TASKS, SOLVER_NEEDS
 from arena.objectives import objective_names
 from arena.cli.support import EXIT_INTERRUPTED, EXIT_STORE_FAULT, config_error, fail, fmt_rate, quiet_libraries, stop_on_sigterm
+
+if TYPE_CHECKING:
+    from arena.session.summary import EvalFigure, PairedComparison, RunSummary
 
 
 def run(
@@ -228,84 +230,92 @@ def run(
         if store is not None:
             store.close()
     if json_out:
-        print(json.dumps(summary))
+        print(summary.to_json())
     else:
         print_summary(summary, Console())
 
 
-def _fmt_eval(e: dict | None) -> str:
-    if not e:
+def _fmt_eval(e: EvalFigure | None) -> str:
+    if e is None:
         return "-"
-    lo, hi = e["ci95"]
-    return f"{fmt_rate(e['pass_at_1'])}  [{lo:.3f}, {hi:.3f}]  n={e['n']}"
+    lo, hi = e.ci95
+    return f"{fmt_rate(e.pass_at_1)}  [{lo:.3f}, {hi:.3f}]  n={e.n}"
 
 
-def _fmt_paired(p: dict | None) -> str:
-    if not p:
+def _fmt_paired(p: PairedComparison | None) -> str:
+    if p is None:
         return "-"
-    lo, hi = p["ci95"]
-    return f"{p['diff']:+.3f}  [{lo:+.3f}, {hi:+.3f}]  McNemar p={p['p_value']:.3g}  n={p['n']}"
+    lo, hi = p.ci95
+    return f"{p.diff:+.3f}  [{lo:+.3f}, {hi:+.3f}]  McNemar p={p.p_value:.3g}  n={p.n}"
 
 
-def print_summary(summary: dict, console: Console) -> None:
-    """The end-of-session table: counts, rewards and held-out pass@1 with 95% Wilson intervals."""
-    t = Table(title=f"session {summary['session']}", show_header=False)
+def print_summary(summary: RunSummary, console: Console) -> None:
+    """The end-of-session table: counts, rewards and held-out pass@1 with 95% Wilson intervals.
+
+    Args:
+        summary: the session's summary (:func:`arena.session.runner.run_session`).
+        console: where the table is printed.
+    """
+    s, hints, cur = summary, summary.hints, summary.curriculum
+    t = Table(title=f"session {s.session}", show_header=False)
     t.add_column("metric", style="bold")
     t.add_column("value")
-    for key in (
-        "episodes", "rollouts", "mean_reward", "lessons_added", "lessons_active", "lessons_candidate",
-        "lessons_retired", "library_tokens_used", "utility_checks", "reflections_failed", "curation_rejected",
+    for label, value in (
+        ("episodes", s.episodes), ("rollouts", s.rollouts), ("mean reward", s.mean_reward),
+        ("lessons added", s.lessons_added), ("lessons active", s.lessons_active),
+        ("lessons candidate", s.lessons_candidate), ("lessons retired", s.lessons_retired),
+        ("library tokens used", s.library_tokens_used), ("utility checks", s.utility_checks),
+        ("reflections failed", s.reflections_failed), ("curation rejected", s.curation_rejected),
     ):
-        t.add_row(key.replace("_", " "), str(summary.get(key)))
-    if summary.get("utility_skipped"):
-        t.add_row("utility A/B skipped", summary["utility_skipped"])
-    faults = summary.get("faults") or {}
-    t.add_row("faults", ", ".join(f"{k} {v}" for k, v in faults.items()) or "none")
-    t.add_row("all-fail groups → guided", f"{summary.get('all_fail_groups')} → {summary.get('guided_groups')} "
-              f"(guided success rate {summary.get('guided_success_rate')})")
-    if summary.get("all_fail_rescued") is not None:
-        t.add_row("all-fail groups rescued", str(summary["all_fail_rescued"]))
-    if summary.get("hints_refused") or summary.get("plan_rejections"):
-        reasons = ", ".join(f"{k} {v}" for k, v in (summary.get("plan_rejections") or {}).items()) or "none"
-        n = summary.get("hints_refused") or 0
+        t.add_row(label, str(value))
+    if s.utility_skipped:
+        t.add_row("utility A/B skipped", s.utility_skipped)
+    t.add_row("faults", ", ".join(f"{k} {v}" for k, v in s.faults.items()) or "none")
+    t.add_row("all-fail groups → guided", f"{hints.all_fail_groups} → {hints.guided_groups} "
+              f"(guided success rate {hints.guided_success_rate})")
+    if hints.all_fail_rescued is not None:
+        t.add_row("all-fail groups rescued", str(hints.all_fail_rescued))
+    if hints.hints_refused or hints.plan_rejections:
+        reasons = ", ".join(f"{k} {v}" for k, v in hints.plan_rejections.items()) or "none"
+        n = hints.hints_refused
         t.add_row("hints not written", f"{n} group{'' if n == 1 else 's'} (every part refused); "
                   f"plan attempts refused: {reasons}")
-    t.add_row("pass@k unguided → with hints", f"{summary.get('pass_at_k_unguided')} → {summary.get('pass_at_k_with_hints')}")
-    for r in summary.get("rounds", []):
-        extra = ", ".join(f"{k} {v}" for k, v in r.items() if k.startswith("pass_at"))
-        t.add_row(f"round {r['round']}", f"mean reward {r['mean_reward']}, {extra}")
-    if "graded_rollouts" in summary:  # rubric rewards
-        t.add_row("graded / ungraded rollouts", f"{summary['graded_rollouts']} / {summary['ungraded_rollouts']}")
-        flags = ", ".join(f"{k} {v}" for k, v in summary["hack_flags"].items()) or "none"
-        t.add_row("reward-hack flagged rollouts", f"{summary['flagged_rollouts']} ({flags})")
-        t.add_row("rubric versions added online", str(summary["rubric_versions_added"]))
-        for fam, c in summary["critic_calibration"].items():
-            t.add_row(f"critic vs verifier: {fam}", f"accuracy {c['accuracy']:.3f}, ECE {c['ece']:.3f}, n={c['n']}")
-        for name, m in summary["heldout_mean_reward"].items():
+    t.add_row("pass@k unguided → with hints", f"{hints.pass_at_k_unguided} → {hints.pass_at_k_with_hints}")
+    for r in s.rounds:
+        extra = ", ".join(f"{k} {v}" for k, v in r.pass_rates().items())
+        t.add_row(f"round {r.round}", f"mean reward {r.mean_reward}, {extra}")
+    if s.rubric is not None:  # rubric rewards
+        rub = s.rubric
+        t.add_row("graded / ungraded rollouts", f"{rub.graded_rollouts} / {rub.ungraded_rollouts}")
+        flags = ", ".join(f"{k} {v}" for k, v in rub.hack_flags.items()) or "none"
+        t.add_row("reward-hack flagged rollouts", f"{rub.flagged_rollouts} ({flags})")
+        t.add_row("rubric versions added online", str(rub.rubric_versions_added))
+        for fam, c in rub.critic_calibration.items():
+            t.add_row(f"critic vs verifier: {fam}", f"accuracy {c.accuracy:.3f}, ECE {c.ece:.3f}, n={c.n}")
+        for name, m in rub.heldout_mean_reward.items():
             t.add_row(f"{name} mean reward", "-" if m is None else f"{m:.3f}")
-    for fam, rows in (summary.get("difficulty") or {}).items():
-        steps = " → ".join(f"{r['step']:+d}" + (f" ({r['train_pass_rate']:.2f})" if r["train_pass_rate"] is not None else "")
+    for fam, rows in cur.difficulty.items():
+        steps = " → ".join(f"{r.step:+d}" + (f" ({r.train_pass_rate:.2f})" if r.train_pass_rate is not None else "")
                            for r in rows)
         t.add_row(f"difficulty {fam}", f"rung (train pass@1) by round: {steps}")
-    if summary.get("proposed_tasks"):
-        t.add_row("proposed → accepted tasks", f"{summary['proposed_tasks']} → {summary['accepted_tasks']} "
-                  f"(rejected: {summary.get('proposal_rejections')})")
-    t.add_row("held-out pass@1 before", _fmt_eval(summary.get("heldout_before")))
-    t.add_row("held-out pass@1 after", _fmt_eval(summary.get("heldout_after")))
-    t.add_row("  … after, no lessons", _fmt_eval(summary.get("heldout_after_no_lessons")))
-    for key, label in (("heldout_after_vs_before", "after − before (paired)"),
-                       ("lessons_vs_no_lessons", "lessons − no lessons (paired)")):
-        t.add_row(label, _fmt_paired(summary.get(key)))
-    if len(summary.get("cycles") or []) > 1 or any(c.get("adapter_id") for c in summary.get("cycles") or []):
-        for c in summary["cycles"]:
-            t.add_row(f"cycle {c['cycle']}", f"{c['adapter_id'] or 'no sleep'}: {c['examples']} examples; held-out "
-                      f"{_fmt_eval(c['heldout'])}; no lessons {_fmt_eval(c['heldout_no_lessons'])}; train pass@1 "
-                      f"{c['train_pass_at_1']}, pass@k {c['train_pass_at_k']}; vs before {_fmt_paired(c['vs_before'])}")
-    if any(v["step"] != 0 for v in (summary.get("difficulty_final") or {}).values()):
-        t.add_row("held-out pass@1 at final difficulty", _fmt_eval(summary.get("heldout_final_difficulty")))
-        t.add_row("  … no lessons", _fmt_eval(summary.get("heldout_final_difficulty_no_lessons")))
-    for role, r in (summary.get("role_speed") or {}).items():
-        t.add_row(f"{role} model", f"{r['model']}: {r['completion_tokens']} tokens in {r['seconds']} s busy "
-                  f"({r['tokens_per_s']} tok/s, {r['share_of_wall']:.0%} of wall), {r['calls']} calls")
-    t.add_row("wall time", f"{summary.get('wall_time_s')} s")
+    if cur.proposed_tasks:
+        t.add_row("proposed → accepted tasks", f"{cur.proposed_tasks} → {cur.accepted_tasks} "
+                  f"(rejected: {cur.proposal_rejections})")
+    t.add_row("held-out pass@1 before", _fmt_eval(s.heldout_before))
+    t.add_row("held-out pass@1 after", _fmt_eval(s.heldout_after))
+    t.add_row("  … after, no lessons", _fmt_eval(s.heldout_after_no_lessons))
+    t.add_row("after − before (paired)", _fmt_paired(s.heldout_after_vs_before))
+    t.add_row("lessons − no lessons (paired)", _fmt_paired(s.lessons_vs_no_lessons))
+    if len(s.cycles) > 1 or any(c.adapter_id for c in s.cycles):
+        for c in s.cycles:
+            t.add_row(f"cycle {c.cycle}", f"{c.adapter_id or 'no sleep'}: {c.examples} examples; held-out "
+                      f"{_fmt_eval(c.heldout)}; no lessons {_fmt_eval(c.heldout_no_lessons)}; train pass@1 "
+                      f"{c.train_pass_at_1}, pass@k {c.train_pass_at_k}; vs before {_fmt_paired(c.vs_before)}")
+    if any(v.step != 0 for v in cur.difficulty_final.values()):
+        t.add_row("held-out pass@1 at final difficulty", _fmt_eval(s.heldout_final_difficulty))
+        t.add_row("  … no lessons", _fmt_eval(s.heldout_final_difficulty_no_lessons))
+    for role, r in s.role_speed.items():
+        t.add_row(f"{role} model", f"{r.model}: {r.completion_tokens} tokens in {r.seconds} s busy "
+                  f"({r.tokens_per_s} tok/s, {r.share_of_wall:.0%} of wall), {r.calls} calls")
+    t.add_row("wall time", f"{s.wall_time_s} s")
     console.print(t)

@@ -175,11 +175,11 @@ def round_rates(store: LessonStore, session_id: int, rollouts: int, threshold: f
         groups_by_round.setdefault(g.round, []).append(g)
     out = []
     for r in rounds_summary(store, session_id, rollouts, threshold):
-        hints = hint_summary(groups_by_round.get(r["round"], []), threshold)
+        hints = hint_summary(groups_by_round.get(r.round, []), threshold)
         out.append(RoundRates(
-            round=r["round"], episodes=r["episodes"], mean_reward=r["mean_reward"], pass_at_1=r["pass_at_1"],
-            pass_at_k=r[f"pass_at_{rollouts}"], all_fail=hints["all_fail_groups"], guided=hints["guided_groups"],
-            rescued=round(hints["guided_success_rate"] * hints["guided_groups"]),
+            round=r.round, episodes=r.episodes, mean_reward=r.mean_reward, pass_at_1=r.pass_at_1,
+            pass_at_k=r.pass_at_k, all_fail=hints.all_fail_groups, guided=hints.guided_groups,
+            rescued=round(hints.guided_success_rate * hints.guided_groups),
         ))
     return out
 

@@ -36,6 +36,8 @@ from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from agents.policy import EndpointFault, Policy
 from arena.tasks.curriculum import DifficultyLadder, Rung, draw_at_rung, rung_at, step_tag
 from arena.tasks.extract import extract_answer
@@ -443,32 +445,83 @@ class SessionCurriculum:
 # summary
 
 
-def curriculum_summary(store: LessonStore, session_id: int) -> dict[str, Any]:
+class DifficultyStep(BaseModel):
+    """One family's difficulty in one round and the band decision after it (``difficulty`` of ``arena run --json``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    round: int = Field(description="The round, from 1.")
+    step: int = Field(description="Rung of the family's difficulty ladder in that round; 0 is the spec as given, "
+                                  "negative below it.")
+    levels: dict[str, int] = Field(description="Curriculum attribute (reasoning-gym's, e.g. num_digits) → its level "
+                                               "at this rung; {} for a family without a curriculum.")
+    # the family's own config keys (reasoning-gym's, any JSON value): an open set, so a dict
+    config: dict[str, Any] = Field(description="The family config overrides at this rung ({} for a JSONL family).")
+    groups: int | None = Field(description="Groups of the family trained in the round; null until the round ends.")
+    train_pass_rate: float | None = Field(description="Their mean unguided train pass@1, in [0, 1]; null until the "
+                                                      "round ends.")
+    action: str | None = Field(description="The band decision after the round: up, down, stay, at_max, at_min, fixed "
+                                           "or no_data; null until the round ends.")
+
+
+class DifficultyEnd(BaseModel):
+    """A family's rung at the first or last round (``difficulty_start`` / ``difficulty_final``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(description="Rung of the family's difficulty ladder; 0 is the spec as given.")
+    config: dict[str, Any] = Field(description="The family config overrides at that rung.")
+
+
+class CurriculumSummary(BaseModel):
+    """The curriculum's part of the session summary: difficulty per family and round, and the proposals.
+
+    Its keys stand at the top level of ``arena run --json`` (:class:`arena.session.summary.SessionSummary`
+    flattens it). The dicts are keyed by the family spec's task-key label (``chain_sum``,
+    ``chain_sum#2``, a JSONL family): the session's own families, an open set.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    difficulty: dict[str, list[DifficultyStep]] = Field(
+        description="Family label → one entry per round: its rung, levels, config and band decision.")
+    difficulty_start: dict[str, DifficultyEnd] = Field(description="Family label → its rung in the first round.")
+    difficulty_final: dict[str, DifficultyEnd] = Field(description="Family label → its rung in the last round.")
+    proposed_tasks: int = Field(description="Tasks the proposer wrote (accepted or not).")
+    accepted_tasks: int = Field(description="Proposed tasks that passed their check and joined the train pool.")
+    proposal_rejections: dict[str, int] = Field(description="Rejected proposals by reason code (e.g. no_agreement, "
+                                                            "unjustified; unknown when none was stored), in the "
+                                                            "order first met.")
+
+
+def curriculum_summary(store: LessonStore, session_id: int) -> CurriculumSummary:
     """The curriculum's part of the session summary, from stored rows.
 
+    Args:
+        store: the library.
+        session_id: the session's id.
+
     Returns:
-        ``difficulty``: family label → one entry per round (``round``, ``step``, ``levels``,
-        ``config``, ``groups``, ``train_pass_rate``, ``action``); ``difficulty_start`` /
-        ``difficulty_final``: label → ``{"step", "config"}`` of the first and last round;
-        ``proposed_tasks``, ``accepted_tasks`` and ``proposal_rejections`` (reason code → count).
+        :class:`CurriculumSummary`: per family label one :class:`DifficultyStep` per round, the
+        first and last rung, the proposals made and accepted, rejections by reason code.
     """
     records = CurriculumRecords(store)
-    difficulty: dict[str, list[dict[str, Any]]] = {}
+    difficulty: dict[str, list[DifficultyStep]] = {}
     for s in records.steps(session_id):
-        difficulty.setdefault(s.family, []).append(
-            {"round": s.round, "step": s.step, "levels": s.levels, "config": s.config, "groups": s.groups,
-             "train_pass_rate": s.pass_rate, "action": s.action}
-        )
+        difficulty.setdefault(s.family, []).append(DifficultyStep(
+            round=s.round, step=s.step, levels=s.levels, config=s.config, groups=s.groups,
+            train_pass_rate=s.pass_rate, action=s.action,
+        ))
     proposals = records.proposals(session_id)
     rejections: dict[str, int] = {}
     for p in proposals:
         if p.status == "rejected":
             rejections[p.reason_code or "unknown"] = rejections.get(p.reason_code or "unknown", 0) + 1
-    return {
-        "difficulty": difficulty,
-        "difficulty_start": {f: {"step": r[0]["step"], "config": r[0]["config"]} for f, r in difficulty.items()},
-        "difficulty_final": {f: {"step": r[-1]["step"], "config": r[-1]["config"]} for f, r in difficulty.items()},
-        "proposed_tasks": len(proposals),
-        "accepted_tasks": sum(p.status == "accepted" for p in proposals),
-        "proposal_rejections": rejections,
-    }
+    return CurriculumSummary(
+        difficulty=difficulty,
+        difficulty_start={f: DifficultyEnd(step=r[0].step, config=r[0].config) for f, r in difficulty.items()},
+        difficulty_final={f: DifficultyEnd(step=r[-1].step, config=r[-1].config) for f, r in difficulty.items()},
+        proposed_tasks=len(proposals),
+        accepted_tasks=sum(p.status == "accepted" for p in proposals),
+        proposal_rejections=rejections,
+    )

@@ -37,7 +37,7 @@ from arena.session.curriculum import CurriculumSettings, SessionCurriculum
 from arena.session.lease import SessionLease
 from arena.session.cycles import HeldoutEvals, Solver, adapter_solver, cycle_adapters, cycle_rounds, sleep
 from arena.session.rounds import Episode, RoundBar, run_round
-from arena.session.summary import build_summary, online_rubrics_summary
+from arena.session.summary import RoleSpeed, RunSummary, build_summary, online_rubrics_summary
 from arena.session.online_rubrics import due_batch
 from arena.session.utility import UtilitySettings, maybe_check_utility, validation_tasks
 from arena.tasks.identity import task_identity
@@ -118,25 +118,28 @@ def session_curation_policy(cfg: SessionConfig, train_tasks: Sequence[Task]) -> 
     return CurationPolicy(library_tokens=cfg.library_tokens, measured_scopes=measured)
 
 
-def role_speed(roles: Roles, wall_time_s: float) -> dict[str, dict]:
+def role_speed(roles: Roles, wall_time_s: float) -> dict[str, RoleSpeed]:
     """Tokens/s of each role's model over this process's run, and its share of the wall time.
 
     Roles that share one model (``local`` solver and teacher) report the same figures. A model
     without counters (an endpoint) is left out.
 
+    Args:
+        roles: the session's policies.
+        wall_time_s: the run's wall time, seconds (the denominator of ``share_of_wall``).
+
     Returns:
-        ``{role: {"model", "calls", "prompt_tokens", "completion_tokens", "seconds", "tokens_per_s",
-        "share_of_wall"}}`` for solver, teacher, critic and proposer where present.
+        role → :class:`arena.session.summary.RoleSpeed`, for solver, teacher, critic and proposer
+        (in that order) where present.
     """
-    out: dict[str, dict] = {}
+    out: dict[str, RoleSpeed] = {}
     for role, policy in (("solver", roles.solver), ("teacher", roles.teacher), ("critic", roles.critic),
                          ("proposer", roles.proposer)):
         stats = policy.stats if policy is not None else None
         if policy is None or stats is None or not stats.calls:
             continue
-        row = {"model": policy.name, **stats.as_dict()}
-        row["share_of_wall"] = round(stats.seconds / wall_time_s, 3) if wall_time_s > 0 else None
-        out[role] = row
+        share = round(stats.seconds / wall_time_s, 3) if wall_time_s > 0 else None
+        out[role] = RoleSpeed(model=policy.name, **stats.as_dict(), share_of_wall=share)
     return out
 
 
@@ -532,21 +535,22 @@ class SessionRun:
         if self.own_conn is not None:
             self.own_conn.close()
 
-    def finish(self, t_start: float) -> dict[str, Any]:
+    def finish(self, t_start: float) -> RunSummary:
         """The summary (:func:`arena.session.summary.build_summary` plus this run's parts); the session is ``finished``.
 
         Args:
             t_start: ``time.perf_counter()`` when the run began (for ``wall_time_s``).
+
+        Returns:
+            The :class:`arena.session.summary.RunSummary`, also stored with the session (as its JSON object).
         """
-        summary = build_summary(self.store, self.session_id, self.session_name, self.cfg)
-        for c in summary["cycles"]:
-            c["sleep_refused"] = self.refused.get(c["cycle"])
-        if self.cfg.online_rubrics:
-            summary["online_rubric_updates"] = online_rubrics_summary(self.online_log)
-        summary["wall_time_s"] = round(time.perf_counter() - t_start, 1)
-        summary["role_speed"] = role_speed(self.roles, summary["wall_time_s"])
+        figures = build_summary(self.store, self.session_id, self.session_name, self.cfg, self.refused)
+        online = online_rubrics_summary(self.online_log) if self.cfg.online_rubrics else None
+        wall_time_s = round(time.perf_counter() - t_start, 1)
+        summary = RunSummary(**dict(figures), online_rubric_updates=online, wall_time_s=wall_time_s,
+                             role_speed=role_speed(self.roles, wall_time_s))
         self.check_lease()
-        self.store.set_session_status(self.session_id, "finished", summary)
+        self.store.set_session_status(self.session_id, "finished", summary.model_dump())
         return summary
 
 
@@ -562,7 +566,7 @@ def run_session(
     on_episode: Callable[[dict], None] | None = None,
     base_model: Path | None = None,
     lease: SessionLease | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Run (or resume) one session and return its summary (the ``--json`` object).
 
     The session's lease is taken before any work (:func:`open_session`) and held by a heartbeat
@@ -592,9 +596,9 @@ def run_session(
             is taken here and released at the end.
 
     Returns:
-        The summary dict: session, episodes, rollouts, mean_reward, lessons_added,
-        lessons_active, heldout_before / heldout_after / heldout_after_no_lessons
-        (``{"pass_at_1", "n", "ci95"}``), per-round statistics and wall time.
+        The :class:`arena.session.summary.RunSummary` (its :meth:`~arena.session.summary.SessionSummary.to_json`
+        is what ``arena run --json`` prints): counts, held-out pass@1 before / after, per-round
+        statistics, cycles, hint and rubric figures, the curriculum's part, wall time and role speeds.
 
     Raises:
         lessons.library.records.LeaseHeld: another live process runs the session (nothing written).
@@ -654,7 +658,7 @@ def _run_once(
     cfg: SessionConfig, store: LessonStore, roles: Roles, splits: TaskSplits, session_name: str, resume: bool,
     console: Console | None, checkpointer: Any, on_episode: Callable[[dict], None] | None, base_model: Path | None,
     lease: SessionLease, t_start: float,
-) -> dict[str, Any]:
+) -> RunSummary:
     """One try of :func:`run_session`: open (or reopen) the session, run it, write its summary.
 
     A database fault propagates unmarked (the caller resumes, or marks it once it gives up); any

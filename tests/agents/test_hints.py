@@ -92,13 +92,13 @@ def test_all_fail_groups_go_guided_mixed_groups_do_not(env, tmp_path):
     summary = run_session(cfg, store, Roles(FakePolicy(solver({first})), FakePolicy(teacher)), splits, "h",
                           checkpointer=InMemorySaver())
     # task 0 is solved unguided (1 of 4) in both rounds; tasks 1 and 2 fail and get guided
-    assert summary["all_fail_groups"] == 4 and summary["guided_groups"] == 4
-    assert summary["guided_success_rate"] == 1.0
-    assert summary["pass_at_k_unguided"] == pytest.approx(2 / 6, abs=1e-4)
-    assert summary["pass_at_k_with_hints"] == 1.0
-    assert summary["rollouts"] == 6 * 4 + 4 * 4
+    assert summary.hints.all_fail_groups == 4 and summary.hints.guided_groups == 4
+    assert summary.hints.guided_success_rate == 1.0
+    assert summary.hints.pass_at_k_unguided == pytest.approx(2 / 6, abs=1e-4)
+    assert summary.hints.pass_at_k_with_hints == 1.0
+    assert summary.rollouts == 6 * 4 + 4 * 4
     rows = rollouts(tmp_path / "a.db")
-    assert len(rows) == summary["rollouts"]
+    assert len(rows) == summary.rollouts
     guided = [r for r in rows if r[0]]
     assert len(guided) == 16
     for is_guided, hint_id, messages, unguided, reward, _ in guided:
@@ -389,10 +389,11 @@ def test_a_refused_hint_is_recorded_with_its_reasons_and_counted_in_the_summary(
 
     summary = run_session(cfg, store, Roles(FakePolicy(solver(set())), FakePolicy(leaky)), splits, "h",
                           checkpointer=InMemorySaver())
-    assert summary["all_fail_groups"] == 3 and summary["guided_groups"] == 0
-    assert summary["hints_refused"] == 3 and summary["all_fail_rescued"] == 0.0
-    assert summary["plan_rejections"] == {"contains the reference answer": 6, "states a number the task does not hold": 3}
-    assert summary["reflections_failed"] == 0  # a refused hint is not a failed reflection
+    assert summary.hints.all_fail_groups == 3 and summary.hints.guided_groups == 0
+    assert summary.hints.hints_refused == 3 and summary.hints.all_fail_rescued == 0.0
+    assert summary.hints.plan_rejections == {"contains the reference answer": 6,
+                                             "states a number the task does not hold": 3}
+    assert summary.reflections_failed == 0  # a refused hint is not a failed reflection
     sid = store.get_session("h").id
     records = [g.hint_rejected for g in store.group_outcomes(sid)]
     assert [len(r) for r in records] == [PLAN_ATTEMPTS] * 3 and all(line.startswith("plan rejected (") for r in records for line in r)
@@ -481,13 +482,13 @@ def test_the_rescue_rate_is_null_when_no_group_failed():
     from arena.session.summary import hint_summary
     from lessons.library.records import GroupOutcome
 
-    assert hint_summary([], 1.0)["all_fail_rescued"] is None
+    assert hint_summary([], 1.0).all_fail_rescued is None
     solved = [GroupOutcome(1, "t/train/00000", [1.0, 0.0], [])]
-    assert hint_summary(solved, 1.0)["all_fail_rescued"] is None
+    assert hint_summary(solved, 1.0).all_fail_rescued is None
     failed = [*solved, GroupOutcome(1, "t/train/00001", [0.0, 0.0], [0.0, 1.0]),
               GroupOutcome(1, "t/train/00002", [0.0, 0.0], [], ["plan rejected (empty)"])]
     got = hint_summary(failed, 1.0)
-    assert (got["all_fail_groups"], got["all_fail_rescued"], got["hints_refused"], got["plan_rejections"]) == \
+    assert (got.all_fail_groups, got.all_fail_rescued, got.hints_refused, got.plan_rejections) == \
         (2, 0.5, 1, {"empty": 1})
 
 

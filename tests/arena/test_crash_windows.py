@@ -141,11 +141,11 @@ def test_a_kill_at_each_write_point_then_resume_trains_and_exports_no_excluded_r
     assert killed == [name]
     monkeypatch.undo()
     summary = run_session(cfg, store, rubric_roles(), splits, "s", resume=True)
-    assert summary["episodes"] == 4 and summary["rollouts"] == 20
+    assert summary.episodes == 4 and summary.rollouts == 20
     rows = stored_rollouts(tmp / "arena.db")
     # the grading is part of the episode: every rubric rollout has its status and decided flags, whatever the kill
     assert all(status in ("graded", "ungraded") and flags is not None for _, _, status, flags, _ in rows)
-    assert summary["flagged_rollouts"] == 4 and summary["ungraded_rollouts"] == 4
+    assert summary.rubric.flagged_rollouts == 4 and summary.rubric.ungraded_rollouts == 4
     assert_nothing_excluded_is_trained_or_exported(store, "s", tmp / "arena.db", tmp / "export")
 
 
@@ -233,8 +233,8 @@ def test_a_rubric_session_with_a_lesson_skips_the_utility_ab_on_rubric_only_task
             c.add(LESSON, "sky", "", Provenance(origin={"by": "test"}), status="active")
         roles = Roles(FakePolicy(lambda m, i: GOOD, "solver"), FakePolicy(teacher), FakePolicy(judge, "judge"))
         summary = run_session(cfg, store, roles, splits, "r", checkpointer=InMemorySaver())
-    assert summary["episodes"] == 2 and summary["utility_checks"] == 0
-    assert summary["utility_skipped"].startswith("no utility A/B for the lessons of sky: its tasks have a rubric")
+    assert summary.episodes == 2 and summary.utility_checks == 0
+    assert summary.utility_skipped.startswith("no utility A/B for the lessons of sky: its tasks have a rubric")
 
 
 # --------------------------------------------------------------------------- due work on resume
@@ -265,7 +265,7 @@ def test_a_utility_check_due_at_the_kill_runs_after_the_resume(tmp_path, monkeyp
         monkeypatch.undo()
         summary = run_session(cfg, store, roles(), splits, "u", resume=True, checkpointer=saver)
         assert killed == ["run_utility_check"] and store.utility_checks(sid) == {2, 4}  # the missed check after episode 2, then the one after 4
-    assert summary["utility_checks"] == 2
+    assert summary.utility_checks == 2
 
 
 def test_an_online_rubric_batch_due_at_the_kill_is_updated_after_the_resume(sky, monkeypatch):

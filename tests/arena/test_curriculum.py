@@ -140,24 +140,24 @@ def test_band_control_raises_difficulty_while_the_solver_passes_everything(tmp_p
     cfg, splits, store = session(tmp_path, curriculum="frontier", proposals=0, rounds=4)
     summary = run_session(cfg, store, Roles(FakePolicy(curve_solver), make_teacher()), splits, "up",
                           checkpointer=InMemorySaver())
-    traj = summary["difficulty"]["chain_sum"]
+    traj = summary.curriculum.difficulty["chain_sum"]
     # rungs 0 and 1 hold only 1-2 digit questions: all 8 rollouts pass → above the band → up, up
-    assert [r["step"] for r in traj[:3]] == [0, 1, 2]
-    assert traj[0]["train_pass_rate"] == 1.0 and traj[0]["action"] == "up"
-    assert traj[1]["train_pass_rate"] == 1.0 and traj[1]["action"] == "up"
-    assert traj[1]["config"] == {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}
+    assert [r.step for r in traj[:3]] == [0, 1, 2]
+    assert traj[0].train_pass_rate == 1.0 and traj[0].action == "up"
+    assert traj[1].train_pass_rate == 1.0 and traj[1].action == "up"
+    assert traj[1].config == {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}
     sid = store.get_session("up").id
     for r in traj:  # every recorded rate is the curve over the round's tasks, and every action follows the band
-        groups, tasks = recorded_rate(store, sid, r["round"], "chain_sum")
-        assert r["groups"] == len(groups) == 4
+        groups, tasks = recorded_rate(store, sid, r.round, "chain_sum")
+        assert r.groups == len(groups) == 4
         expected = sum(successes(tasks[g.task_key].question) for g in groups) / (K * len(groups))
-        assert r["train_pass_rate"] == pytest.approx(expected)
-        assert r["action"] == band_action(expected, (0.3, 0.7))
+        assert r.train_pass_rate == pytest.approx(expected)
+        assert r.action == band_action(expected, (0.3, 0.7))
         # the round's tasks were drawn at the rung's config
         for g in groups:
-            assert digits_of(tasks[g.task_key].question) <= r["config"]["max_digits"]
-    assert summary["difficulty_final"]["chain_sum"]["step"] == traj[-1]["step"] >= 2
-    assert summary["proposed_tasks"] == 0 and summary["accepted_tasks"] == 0
+            assert digits_of(tasks[g.task_key].question) <= r.config["max_digits"]
+    assert summary.curriculum.difficulty_final["chain_sum"].step == traj[-1].step >= 2
+    assert summary.curriculum.proposed_tasks == 0 and summary.curriculum.accepted_tasks == 0
     store.close()
 
 
@@ -165,16 +165,16 @@ def test_band_control_lowers_difficulty_when_the_solver_fails_and_stays_inside_t
     cfg, splits, store = session(tmp_path, families=(HARD,), curriculum="frontier", proposals=0, rounds=3)
     summary = run_session(cfg, store, Roles(FakePolicy(curve_solver), make_teacher()), splits, "down",
                           checkpointer=InMemorySaver())
-    traj = summary["difficulty"]["chain_sum"]
+    traj = summary.curriculum.difficulty["chain_sum"]
     # 4 digits: 0 of 8 pass → down to rung -1 = exactly 3 digits (the spec's floor of 4 is capped by the range's top)
-    assert [(r["step"], r["train_pass_rate"], r["action"]) for r in traj] == [
+    assert [(r.step, r.train_pass_rate, r.action) for r in traj] == [
         (0, 0.0, "down"), (-1, 0.5, "stay"), (-1, 0.5, "stay"),
     ]
-    assert traj[1]["config"] == {"min_terms": 2, "max_terms": 2, "min_digits": 3, "max_digits": 3}
+    assert traj[1].config == {"min_terms": 2, "max_terms": 2, "min_digits": 3, "max_digits": 3}
     # held-out at the final difficulty is a second, 3-digit set; the starting one stays the 4-digit set
-    assert summary["heldout_before"]["pass_at_1"] == 0.0 and summary["heldout_after"]["pass_at_1"] == 0.0
-    assert summary["heldout_final_difficulty"]["n"] == 6
-    assert summary["heldout_final_difficulty"]["pass_at_1"] == 1.0  # greedy = rollout 0, which passes at 3 digits
+    assert summary.heldout_before.pass_at_1 == 0.0 and summary.heldout_after.pass_at_1 == 0.0
+    assert summary.heldout_final_difficulty.n == 6
+    assert summary.heldout_final_difficulty.pass_at_1 == 1.0  # greedy = rollout 0, which passes at 3 digits
     store.close()
 
 
@@ -187,7 +187,7 @@ def test_a_family_that_returns_to_a_rung_meets_the_same_tasks_again(tmp_path):
     cfg, splits, store = session(tmp_path, families=(HARD,), curriculum="frontier", proposals=0, rounds=4)
     summary = run_session(cfg, store, Roles(FakePolicy(solver), make_teacher()), splits, "osc",
                           checkpointer=InMemorySaver())
-    assert [(r["step"], r["train_pass_rate"], r["action"]) for r in summary["difficulty"]["chain_sum"]] == [
+    assert [(r.step, r.train_pass_rate, r.action) for r in summary.curriculum.difficulty["chain_sum"]] == [
         (0, 0.0, "down"), (-1, 1.0, "up"), (0, 0.0, "down"), (-1, 1.0, "up"),
     ]
     by_round: dict[int, list[str]] = {}
@@ -202,12 +202,12 @@ def test_fixed_curriculum_keeps_the_train_tasks_and_records_the_difficulty(tmp_p
     cfg, splits, store = session(tmp_path, families=(HARD,), rounds=2)
     summary = run_session(cfg, store, Roles(FakePolicy(curve_solver), make_teacher()), splits, "fixed",
                           checkpointer=InMemorySaver())
-    traj = summary["difficulty"]["chain_sum"]
-    assert [(r["step"], r["action"]) for r in traj] == [(0, "fixed"), (0, "fixed")]
-    assert traj[0]["config"] == parse_family_spec(HARD).overrides
+    traj = summary.curriculum.difficulty["chain_sum"]
+    assert [(r.step, r.action) for r in traj] == [(0, "fixed"), (0, "fixed")]
+    assert traj[0].config == parse_family_spec(HARD).overrides
     keys = {g.task_key for g in store.group_outcomes(store.get_session("fixed").id)}
     assert keys == {t.task_key for t in splits.train}
-    assert summary["heldout_final_difficulty"] == summary["heldout_after"]
+    assert summary.heldout_final_difficulty == summary.heldout_after
     store.close()
 
 
@@ -485,9 +485,10 @@ def test_accepted_proposals_join_the_pool_with_their_parent_and_rejected_ones_ke
     summary = run_session(cfg, store, Roles(FakePolicy(solver), make_teacher(proposer, confirm)), splits, "prop",
                           checkpointer=InMemorySaver())
     sid = store.get_session("prop").id
-    assert summary["proposed_tasks"] == 4 and summary["accepted_tasks"] == 2  # 2 per round, half of them right
-    assert summary["proposal_rejections"] == {"no_agreement": 2}
-    assert [(r["step"], r["action"]) for r in summary["difficulty"]["balls"]] == [(0, "fixed"), (0, "fixed")]
+    # 2 per round, half of them right
+    assert summary.curriculum.proposed_tasks == 4 and summary.curriculum.accepted_tasks == 2
+    assert summary.curriculum.proposal_rejections == {"no_agreement": 2}
+    assert [(r.step, r.action) for r in summary.curriculum.difficulty["balls"]] == [(0, "fixed"), (0, "fixed")]
     records = CurriculumRecords(store)
     props = records.proposals(sid)
     accepted = [p for p in props if p.status == "accepted"]
@@ -519,7 +520,7 @@ def test_proposals_for_chain_sum_use_the_family_verifier_and_are_stored_with_the
     cfg, splits, store = session(tmp_path, families=(HARD,), curriculum="frontier", proposals=1, rounds=1)
     summary = run_session(cfg, store, Roles(FakePolicy(curve_solver), make_teacher(proposer)), splits, "cs",
                           checkpointer=InMemorySaver())
-    assert summary["proposed_tasks"] == 1 and summary["accepted_tasks"] == 1
+    assert summary.curriculum.proposed_tasks == 1 and summary.curriculum.accepted_tasks == 1
     sid = store.get_session("cs").id
     (p,) = CurriculumRecords(store).proposals(sid)
     assert p.check == "verifier" and p.parent_key == splits.train[0].task_key  # all failed: the first in order
@@ -547,9 +548,8 @@ def test_an_interrupted_frontier_session_resumes_with_the_same_trajectory(tmp_pa
                     checkpointer=saver, on_episode=stop_after_six)
     again = run_session(cfg, store, Roles(FakePolicy(curve_solver), make_teacher()), splits, "cut", resume=True,
                         checkpointer=saver)
-    assert again["episodes"] == whole["episodes"] == 12
-    strip = lambda d: {f: [{k: v for k, v in r.items()} for r in rows] for f, rows in d.items()}
-    assert strip(again["difficulty"]) == strip(whole["difficulty"])
+    assert again.episodes == whole.episodes == 12
+    assert again.curriculum.difficulty == whole.curriculum.difficulty
     store.close()
 
 
@@ -587,7 +587,7 @@ def test_final_heldout_is_disjoint_from_training_on_a_small_rung(tmp_path):
                                  train=16, heldout=32)
     summary = run_session(cfg, store, Roles(FakePolicy(lambda m, i: "<answer>-99999</answer>"), make_teacher()), splits,
                           "small", checkpointer=InMemorySaver())
-    assert [r["step"] for r in summary["difficulty"]["chain_sum"]] == [0, -1]  # everything fails: down to 1 digit
+    assert [r.step for r in summary.curriculum.difficulty["chain_sum"]] == [0, -1]  # everything fails: down to 1 digit
     tasks = CurriculumRecords(store).session_tasks(store.get_session("small").id)
     small_train = {normalise_text(t.question) for t in tasks if t.split == "train"
                    and (t.metadata.get("curriculum") or {}).get("step") == -1}

@@ -67,19 +67,19 @@ def test_two_cycles_chain_adapters_and_record_who_sampled(setup, tiny):
     assert a1.data["report"]["examples"] == 4 and a1.data["report"]["by_kind"]["sft"] == 4
     assert a2.data["report"]["examples"] >= 4 and set(a1.data["rollout_ids"]) <= set(a2.data["rollout_ids"])
     assert a1.data["report"]["distinct_tasks"] == 2 and a1.data["report"]["task_coverage"] == 1.0
-    assert [c["cycle"] for c in summary["cycles"]] == [1, 2]
-    assert [c["adapter_id"] for c in summary["cycles"]] == ["adapter-0001", "adapter-0002"]
-    assert summary["cycles"][0]["train_pass_at_1"] == pytest.approx(0.5)  # 2 of 4 rollouts correct
-    assert summary["cycles"][0]["train_pass_at_k"] == 1.0
-    for c in summary["cycles"]:
-        assert c["heldout"]["n"] == 2 and c["heldout_no_lessons"]["n"] == 2
-        assert set(c["vs_before"]) >= {"diff", "ci95", "p_value", "n"}
+    assert [c.cycle for c in summary.cycles] == [1, 2]
+    assert [c.adapter_id for c in summary.cycles] == ["adapter-0001", "adapter-0002"]
+    assert summary.cycles[0].train_pass_at_1 == pytest.approx(0.5)  # 2 of 4 rollouts correct
+    assert summary.cycles[0].train_pass_at_k == 1.0
+    for c in summary.cycles:
+        assert c.heldout.n == 2 and c.heldout_no_lessons.n == 2
+        assert c.vs_before is not None and c.vs_before.n == 2  # paired with heldout_before on the same tasks
     evals = store.evaluations(store.get_session("s").id)
     for c in (1, 2):
         assert {eval_name(c, True), eval_name(c, False), eval_name(c, True, wake=True), eval_name(c, False, wake=True)} <= set(evals)
     # the final figures are the last cycle's, not measured again
     assert evals["heldout_after"].details["rewards"] == evals["heldout_cycle2"].details["rewards"]
-    assert summary["heldout_after_vs_before"]["n"] == 2 and summary["lessons_vs_no_lessons"]["n"] == 2
+    assert summary.heldout_after_vs_before.n == 2 and summary.lessons_vs_no_lessons.n == 2
     assert (tmp / "adapters" / "arena" / "adapter-0002" / "adapter_model.safetensors").exists()  # a folder per library
     # the chain is visible in the provenance graph and in the TUI's adapters read model
     from lessons.library.provenance import build_graph, write_graph
@@ -147,7 +147,7 @@ def test_kill_during_sleep_redoes_it_and_registers_no_half_adapter(setup, tiny, 
 
     summary = run_session(cfg, store, roles(), splits, "k", resume=True, checkpointer=saver, base_model=tiny)
     assert sorted(cycle_adapters(store, "k")) == [1, 2] and calls["n"] == 3  # the second sleep ran again
-    assert summary["episodes"] == episodes == 4  # nothing sampled twice
+    assert summary.episodes == episodes == 4  # nothing sampled twice
     assert rollout_adapters(store, "k") == {1: {None}, 2: {"adapter-0001"}}
 
 
@@ -165,7 +165,7 @@ def test_kill_during_second_wake_resumes_with_the_first_adapter(setup, tiny):
         run_session(cfg, store, roles(), splits, "w", checkpointer=saver, base_model=tiny, on_episode=stop_in_round_2)
     assert sorted(cycle_adapters(store, "w")) == [1]
     summary = run_session(cfg, store, roles(), splits, "w", resume=True, checkpointer=saver, base_model=tiny)
-    assert summary["episodes"] == 4 and sorted(cycle_adapters(store, "w")) == [1, 2]
+    assert summary.episodes == 4 and sorted(cycle_adapters(store, "w")) == [1, 2]
     # every round-2 rollout, before and after the kill, was sampled by adapter-0001 (reloaded on resume)
     assert rollout_adapters(store, "w") == {1: {None}, 2: {"adapter-0001"}}
 
@@ -196,7 +196,7 @@ def test_kill_after_registration_measures_the_missing_evaluations_without_sleepi
     monkeypatch.setattr(distill, "train_and_save", lambda *a, **k: pytest.fail("slept again"))
     summary = run_session(cfg, store, roles(), splits, "r", resume=True, checkpointer=saver, base_model=tiny)
     assert {"heldout_cycle1", "heldout_cycle1_no_lessons", "heldout_after"} <= set(store.evaluations(sid))
-    assert summary["cycles"][0]["adapter_id"] == "adapter-0001"
+    assert summary.cycles[0].adapter_id == "adapter-0001"
 
 
 def test_a_sleep_with_too_few_examples_is_refused_and_the_next_cycle_goes_on(setup, tiny):
@@ -204,13 +204,13 @@ def test_a_sleep_with_too_few_examples_is_refused_and_the_next_cycle_goes_on(set
     # cycle 1 yields 4 examples (< 6): refused, the base solver samples cycle 2; then 8 examples (STaR: all cycles)
     cfg = cfg.model_copy(update={"sleep_min_examples": 6})
     summary = run_session(cfg, store, roles(), splits, "few", checkpointer=InMemorySaver(), base_model=tiny)
-    first, second = summary["cycles"]
-    assert first["adapter_id"] is None
-    assert re.search(r"has 4 training examples .* needs at least 6", first["sleep_refused"])
-    assert second["adapter_id"] == "adapter-0001" and second["sleep_refused"] is None
+    first, second = summary.cycles
+    assert first.adapter_id is None
+    assert re.search(r"has 4 training examples .* needs at least 6", first.sleep_refused)
+    assert second.adapter_id == "adapter-0001" and second.sleep_refused is None
     assert cycle_adapters(store, "few")[2].data["report"]["examples"] == 8
     assert rollout_adapters(store, "few") == {1: {None}, 2: {None}}  # the refused sleep changed no weights
-    assert store.get_session("few").status == "finished" and summary["episodes"] == 4
+    assert store.get_session("few").status == "finished" and summary.episodes == 4
 
 
 def test_the_adapter_of_a_cycle_serves_the_solver_as_arena_run_adapter_loads_it(setup, tiny):

@@ -35,6 +35,18 @@ def test_cli_reference_is_generated_from_the_app():
     assert committed == gen.render(), "docs/reference/cli.md is stale: run python docs/gen_reference.py"
 
 
+def test_run_summary_reference_lists_the_typed_models_fields():
+    from arena.session.summary import RunSummary
+
+    gen = load_generator()
+    committed = gen.SUMMARY_OUT.read_text(encoding="utf-8")
+    assert committed == gen.render_summary(), "docs/reference/run-summary.md is stale: run python docs/gen_reference.py"
+    fields = committed.split(gen.SUMMARY_MARK, 1)[1]
+    for name, info in RunSummary.model_fields.items():
+        key = info.serialization_alias or info.alias or name
+        assert f"`{key}`" in fields or name in ("hints", "rubric", "curriculum"), key  # flattened parts: their own keys
+
+
 def test_objectives_reference_is_generated_from_the_registry():
     from arena.objectives import objective_names
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from arena.cli.support import fmt_rate
 from arena.evaluation import EvalResult, wilson_summary
-from arena.session.summary import stored_eval_summary
+from arena.session.summary import EvalFigure, stored_eval_summary
 from lessons.library.read_models import ArenaData, open_store
 from lessons.library.store import LessonStore
 
@@ -27,8 +27,8 @@ def test_a_stored_empty_evaluation_reads_back_null(tmp_path):
         store.record_evaluation(sid, "heldout_before", "heldout", False, [1.0, 0.0], (0.09, 0.91), {})
         store.record_evaluation(sid, "heldout_after", "heldout", True, [], (0.0, 1.0), {})
         evs = store.evaluations(sid)
-        assert stored_eval_summary(evs["heldout_before"])["pass_at_1"] == 0.5
-        assert stored_eval_summary(evs["heldout_after"]) == {"pass_at_1": None, "n": 0, "ci95": [0.0, 1.0]}
+        assert stored_eval_summary(evs["heldout_before"]).pass_at_1 == 0.5
+        assert stored_eval_summary(evs["heldout_after"]) == EvalFigure(pass_at_1=None, n=0, ci95=(0.0, 1.0))
     data = ArenaData(open_store(db))  # the TUI: the session row shows no "after", the curve has no point for it
     try:
         (row,) = data.sessions()

@@ -21,6 +21,7 @@ from agents.policy import EndpointFault
 from arena.config import SessionConfig
 from arena.episode.context import Roles
 from arena.session.runner import checkpoint_path, run_session
+from arena.session.summary import RunSummary
 from arena.tasks.sources import load_tasks
 from lessons.library.store import LessonStore
 
@@ -70,8 +71,8 @@ def test_case_001_empty_choices_costs_one_rollout(session, fault_server):
     server = fault_server(mode, content=content)
     summary = run(server)
     assert store.get_session("s").status == "finished"
-    assert summary["episodes"] == 2 and summary["rollouts"] == 4
-    assert summary["faults"] == {"empty_choices": 1}
+    assert summary.episodes == 2 and summary.rollouts == 4
+    assert summary.faults == {"empty_choices": 1}
     rows = rollouts(store, "s")
     failed = [r for r in rows if r.fault]
     assert len(failed) == 1 and failed[0].idx == 1
@@ -88,7 +89,7 @@ def test_case_001_every_other_reply_empty_is_retried_and_costs_nothing(session, 
     server = fault_server(["normal", "empty_choices"], content=content)
     summary = run(server)
     assert store.get_session("s").status == "finished"
-    assert summary["rollouts"] == 4 and summary["faults"] == {}
+    assert summary.rollouts == 4 and summary.faults == {}
     assert "empty_choices" in server.served
     assert all(r.reward == 1.0 for r in rollouts(store, "s"))
 
@@ -108,7 +109,7 @@ def test_case_002_huge_reply_is_bounded(session, fault_server, tmp_path):
         assert r.completion_tokens <= cfg.max_tokens
     n_eval = eval_faults(store, "s").get("oversized", 0)
     assert n_eval >= 2  # the held-out completions were cut too (and flagged)
-    assert summary["faults"] == {"oversized": len(rows) + n_eval}
+    assert summary.faults == {"oversized": len(rows) + n_eval}
     # nothing the teacher was sent carries the reply in full
     teacher_requests = [b for b in server.requests if not is_solver(b)]
     assert teacher_requests and max(len(json.dumps(b)) for b in teacher_requests) < 4 * bound + 8_000
@@ -133,7 +134,7 @@ def test_case_003_non_json_body_names_endpoint_and_model(session, fault_server):
     server = fault_server(lambda i, body: "not_json" if i == 1 else "normal", content=content)
     summary = run(server, name="case3")
     assert store.get_session("case3").status == "finished"
-    assert summary["rollouts"] == 4 and summary["faults"] == {} and server.served[1] == "not_json"
+    assert summary.rollouts == 4 and summary.faults == {} and server.served[1] == "not_json"
 
 
 def test_no_reply_within_the_timeout_is_not_cannot_reach(fault_server):
@@ -164,14 +165,14 @@ def test_a_session_against_a_mode_that_always_fails_finishes(session, fault_serv
     kind = FAILING[mode]
     assert store.get_session("s").status == "finished"
     rows = rollouts(store, "s")
-    assert len(rows) == 4 and summary["rollouts"] == 4
+    assert len(rows) == 4 and summary.rollouts == 4
     for r in rows:  # every rollout recorded, failed, with its reason
         assert r.fault == kind and r.reward is None and r.grading_status == "ungraded" and r.finish_reason == "fault"
         assert server.base_url in r.critique and "'M'" in r.critique
     n_eval = eval_faults(store, "s").get(kind, 0)
     assert n_eval >= 2  # the held-out tasks failed one by one, not the evaluation
-    assert summary["faults"] == {kind: 4 + n_eval}
-    assert summary["heldout_before"]["n"] == 0  # no task was graded: nothing to count as a pass or a fail
+    assert summary.faults == {kind: 4 + n_eval}
+    assert summary.heldout_before.n == 0  # no task was graded: nothing to count as a pass or a fail
     from lessons.library.adapters import AdapterStore
 
     assert AdapterStore(store).training_rollouts("s") == []  # a failed rollout is never training data
@@ -184,9 +185,9 @@ def test_a_session_against_every_other_reply_faulty_finishes_whole(session, faul
     summary = run(server, timeout_s=0.5)
     assert store.get_session("s").status == "finished"
     rows = rollouts(store, "s")
-    assert sum(not r.guided for r in rows) == 4 and summary["rollouts"] == len(rows)  # guided groups may follow
+    assert sum(not r.guided for r in rows) == 4 and summary.rollouts == len(rows)  # guided groups may follow
     if mode in ("normal", "huge"):
-        assert set(summary["faults"]) <= {"oversized"}
+        assert set(summary.faults) <= {"oversized"}
     for r in rows:  # a rollout either came through or failed with its reason
         assert (r.fault is None and r.reward is not None) or r.fault in set(FAILING.values()) | {"oversized"}
 
@@ -250,9 +251,9 @@ def test_case_001_arena_run_json_finishes_and_counts_faults(fault_server, tmp_pa
                  "--teacher", "openai:M", "--train-tasks", "2", "--heldout-tasks", "2", "--rounds", "1",
                  "--rollouts", "2", "--max-tokens", "96", "--session", "case1", "--json", env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads(proc.stdout)
-    assert summary["faults"] == {"empty_choices": 1}
-    assert summary["episodes"] == 2 and summary["rollouts"] >= 4
+    summary = RunSummary.model_validate_json(proc.stdout)
+    assert summary.faults == {"empty_choices": 1}
+    assert summary.episodes == 2 and summary.rollouts >= 4
 
 
 def test_a_fault_in_a_utility_check_costs_that_check_not_the_session(session, fault_server):
@@ -264,9 +265,9 @@ def test_a_fault_in_a_utility_check_costs_that_check_not_the_session(session, fa
     policy = OpenAIPolicy("M", base_url=server.base_url, max_retries=0)
     policy._sleep = lambda s: None
     summary = run_session(cfg_u, store, Roles(policy, policy), splits, "u", checkpointer=None)
-    assert store.get_session("u").status == "finished" and summary["rollouts"] >= 4
+    assert store.get_session("u").status == "finished" and summary.rollouts >= 4
     assert "empty_choices" in server.served  # a utility check was attempted and its fault absorbed
-    assert summary["utility_checks"] == 0
+    assert summary.utility_checks == 0
 
 
 def test_a_dead_endpoint_stops_the_session_after_faults_in_a_row_and_resume_finishes(session, fault_server):
@@ -288,7 +289,7 @@ def test_a_dead_endpoint_stops_the_session_after_faults_in_a_row_and_resume_fini
     alive = fault_server(["normal"], content=content)
     policy = OpenAIPolicy("M", base_url=alive.base_url, max_retries=0)
     summary = run_session(cfg, store, Roles(policy, policy), splits, "s", resume=True)
-    assert store.get_session("s").status == "finished" and summary["episodes"] == 2
+    assert store.get_session("s").status == "finished" and summary.episodes == 2
     assert all(r.reward == 1.0 for r in rollouts(store, "s"))  # the rollouts ran once the endpoint was back
 
 

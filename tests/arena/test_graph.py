@@ -63,18 +63,18 @@ def test_session_records_groups_rewards_and_lessons(setup):
     solver, teacher = FakePolicy(solver_responder, "solver"), FakePolicy(teacher_responder, "teacher")
     summary = run_session(cfg, store, Roles(solver, teacher), splits, "s1", checkpointer=InMemorySaver())
 
-    assert summary["episodes"] == 6  # 2 rounds x 3 train tasks
-    assert summary["rollouts"] == 24
-    assert summary["mean_reward"] == pytest.approx(0.5)  # 2 of 4 rollouts correct in every group
-    assert summary["lessons_added"] == 1  # the same lesson proposed 6 times is one lesson, upvoted
-    assert summary["lessons_active"] == 1
+    assert summary.episodes == 6  # 2 rounds x 3 train tasks
+    assert summary.rollouts == 24
+    assert summary.mean_reward == pytest.approx(0.5)  # 2 of 4 rollouts correct in every group
+    assert summary.lessons_added == 1  # the same lesson proposed 6 times is one lesson, upvoted
+    assert summary.lessons_active == 1
     # held-out: greedy sampling with the fake is rollout 0 → always correct
-    for name in ("heldout_before", "heldout_after", "heldout_after_no_lessons"):
-        assert summary[name]["pass_at_1"] == 1.0 and summary[name]["n"] == 4
-        lo, hi = summary[name]["ci95"]
+    for e in (summary.heldout_before, summary.heldout_after, summary.heldout_after_no_lessons):
+        assert e.pass_at_1 == 1.0 and e.n == 4
+        lo, hi = e.ci95
         assert 0.0 < lo < 1.0 and hi == 1.0
-    assert summary["rounds"][0]["pass_at_4"] == 1.0
-    assert summary["rounds"][0]["pass_at_1"] == pytest.approx(0.5)
+    assert summary.rounds[0].k == 4 and summary.rounds[0].pass_at_k == 1.0
+    assert summary.rounds[0].pass_at_1 == pytest.approx(0.5)
 
     # the lesson reached the solver's system prompt after it was written, inside the delimited section
     prompts = [calls[0][0]["content"] for calls in solver.calls if calls[1] == 4]
@@ -99,9 +99,9 @@ def test_malformed_teacher_reply_is_recorded_and_the_session_continues(setup):
     replies = iter(["not json at all", '{"add": [{"text": 5}]}'] * 10)
     teacher = FakePolicy(lambda m, i: next(replies), "teacher")
     summary = run_session(cfg, store, Roles(FakePolicy(solver_responder), teacher), splits, "s2", checkpointer=InMemorySaver())
-    assert summary["episodes"] == 3
-    assert summary["lessons_added"] == 0
-    assert summary["reflections_failed"] == 3
+    assert summary.episodes == 3
+    assert summary.lessons_added == 0
+    assert summary.reflections_failed == 3
     # each reflection was tried twice: the retry shows the validation error to the model
     assert len(teacher.calls) == 6
     retry_msgs = teacher.calls[1][0]
@@ -119,9 +119,9 @@ def test_lesson_leaking_the_reference_answer_is_rejected(setup):
 
     summary = run_session(cfg, store, Roles(FakePolicy(solver_responder), FakePolicy(leaky)), splits, "s3",
                           checkpointer=InMemorySaver())
-    assert summary["lessons_added"] == 0
+    assert summary.lessons_added == 0
     assert store.list_lessons() == []
-    assert summary["reflections_failed"] == 3  # each rejection is recorded on its episode
+    assert summary.reflections_failed == 3  # each rejection is recorded on its episode
 
 
 class Crash(Exception):
@@ -152,7 +152,7 @@ def test_resume_continues_mid_episode_without_duplicates(setup, tmp_path):
 
     summary = run_session(cfg, store, Roles(solver, FakePolicy(flaky_teacher)), splits, "s4", resume=True,
                           checkpointer=SqliteSaver(conn))
-    assert summary["episodes"] == 3 and summary["rollouts"] == 12
+    assert summary.episodes == 3 and summary.rollouts == 12
     # the interrupted episodes resumed at `reflect`: no group was sampled again
     assert sum(1 for _, n in solver.calls if n == 4) == 3
     assert store.get_session("s4").status == "finished"
@@ -221,7 +221,7 @@ def test_resume_refuses_tasks_that_changed_and_ignores_stale_checkpoints(setup, 
     solver = FakePolicy(solver_responder)
     summary = run_session(cfg, other, Roles(solver, FakePolicy(teacher_responder)), splits, "s6",
                           checkpointer=SqliteSaver(conn))
-    assert summary["episodes"] == 3 and sum(1 for _, n in solver.calls if n == 4) == 3
+    assert summary.episodes == 3 and sum(1 for _, n in solver.calls if n == 4) == 3
     other.close()
     conn.close()
 
@@ -240,7 +240,7 @@ def test_where_the_reference_answer_goes_on_the_hint_path(setup):
 
     solver, teacher = FakePolicy(always_wrong, "solver"), FakePolicy(teacher_responder, "teacher")
     summary = run_session(cfg, store, Roles(solver, teacher), splits, "hinted", checkpointer=InMemorySaver())
-    assert summary["all_fail_groups"] == 3 and summary["guided_groups"] == 3
+    assert summary.hints.all_fail_groups == 3 and summary.hints.guided_groups == 3
     answers = {t.question: t.answer for t in splits.train}
     guided_calls = 0
     for msgs, _ in solver.calls:
@@ -292,7 +292,7 @@ def test_the_teacher_reflects_on_mixed_groups_only(setup):
     assert len(teacher.calls) == len(mixed)
     asked = [c[0][-1]["content"] for c in teacher.calls]
     assert all(any(t.question in a for a in asked) for t in mixed)
-    assert summary["reflections_failed"] == 0  # a group not reflected on is not a failed reflection
+    assert summary.reflections_failed == 0  # a group not reflected on is not a failed reflection
 
 
 def test_reflect_on_all_without_a_budget_reflects_on_every_group(setup):

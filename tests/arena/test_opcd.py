@@ -279,7 +279,7 @@ def test_a_rubric_session_sleeps_with_opcd_and_judges_every_evaluation(tmp_path,
     splits = load_tasks([], path, n_train=2, n_heldout=2, seed=1)
     with LessonStore(cfg.db) as store:
         summary = run_session(cfg, store, roles(), splits, "rubric-opcd", checkpointer=InMemorySaver(), base_model=tiny)
-        assert summary["cycles"][0]["sleep_refused"] is None, summary["cycles"]
+        assert summary.cycles[0].sleep_refused is None, summary.cycles
         (adapter,) = cycle_adapters(store, "rubric-opcd").values()
         evals = store.evaluations(store.get_session("rubric-opcd").id)
     assert adapter.objective == "opcd" and adapter.data["examples"] >= 1
@@ -351,7 +351,7 @@ def test_a_sleep_distils_the_active_lessons_of_the_library_not_the_candidates(tm
         adapters = cycle_adapters(store, "s")
         shown = {lid for r in AdapterStore(store).training_rollouts("s") for lid in r.lessons_in_context}
     assert shown == {lesson}  # the wake's train prompts showed it either way
-    refused = summary["cycles"][0]["sleep_refused"]
+    refused = summary.cycles[0].sleep_refused
     if status == "candidate":
         assert adapters == {} and "no train task has an active lesson" in refused
     else:

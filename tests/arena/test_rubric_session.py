@@ -17,6 +17,7 @@ from arena.episode.context import Roles
 from arena.episode.rewards import check_reward_tasks
 from arena.session.online_rubrics import ONLINE_SYSTEM
 from arena.session.runner import run_session
+from arena.session.summary import OnlineRubricUpdates
 from arena.tasks.sources import load_tasks
 from lessons.db.schema import alembic_config
 from lessons.library.adapters import AdapterStore
@@ -44,20 +45,20 @@ def test_rubric_session_stores_verdicts_flags_and_ungraded(setup):
     store, splits, cfg = setup
     r = roles()
     summary = run_session(cfg(), store, r, splits, "s1", checkpointer=InMemorySaver())
-    assert summary["episodes"] == 4 and summary["rollouts"] == 16
+    assert summary.episodes == 4 and summary.rollouts == 16
     # rewards per group: GOOD 1.0, BARE 1.0, GARBLE ungraded (excluded), BAD 0.0
-    assert summary["mean_reward"] == round(2 / 3, 4)
-    assert summary["graded_rollouts"] == 12 and summary["ungraded_rollouts"] == 4
-    assert summary["flagged_rollouts"] == 4
-    assert summary["hack_flags"] == {"answer_without_work": 4, "verifier_disagrees": 4}
+    assert summary.mean_reward == round(2 / 3, 4)
+    assert summary.rubric.graded_rollouts == 12 and summary.rubric.ungraded_rollouts == 4
+    assert summary.rubric.flagged_rollouts == 4
+    assert summary.rubric.hack_flags == {"answer_without_work": 4, "verifier_disagrees": 4}
     # pass@k over graded rollouts: pass@1 = 2/3 per group; pass@4 is undefined with 3 graded of 4 → no group counts
-    assert summary["rounds"][0]["pass_at_1"] == round(2 / 3, 4) and summary["rounds"][0]["pass_at_4"] == 0.0
+    assert summary.rounds[0].pass_at_1 == round(2 / 3, 4) and summary.rounds[0].pass_at_k == 0.0
     # calibration per group: judge (1, 1, 0) vs verifier (1, 0, 0): accuracy 2/3; ECE = 2/3 * |1 - 1/2| = 1/3
-    cal = summary["critic_calibration"]
-    assert cal["sky"]["n"] == 12 and cal["sky"]["accuracy"] == pytest.approx(round(2 / 3, 4))
-    assert cal["sky"]["ece"] == pytest.approx(round(1 / 3, 4))
+    cal = summary.rubric.critic_calibration
+    assert cal["sky"].n == 12 and cal["sky"].accuracy == pytest.approx(round(2 / 3, 4))
+    assert cal["sky"].ece == pytest.approx(round(1 / 3, 4))
     # held-out: the greedy fake answers GOOD → judged 1.0
-    assert summary["heldout_mean_reward"]["heldout_before"] == 1.0
+    assert summary.rubric.heldout_mean_reward["heldout_before"] == 1.0
 
     rs = RubricStore(store)
     sid = store.get_session("s1").id
@@ -103,8 +104,8 @@ def test_online_rubrics_add_a_version_with_lineage(setup):
     summary = run_session(cfg(online_rubrics=2), store, r, splits, "s3", checkpointer=InMemorySaver())
     # 2 updates x 2 train tasks; the first adds a version per task (1 duplicate dropped each), the second
     # proposes the same 2 criteria again, now both duplicates
-    assert summary["online_rubric_updates"] == {"tasks": 4, "versions_added": 2, "criteria_rejected": 6,
-                                                "criteria_over_limit": 0, "failed": []}
+    assert summary.online_rubric_updates == OnlineRubricUpdates(tasks=4, versions_added=2, criteria_rejected=6,
+                                                                criteria_over_limit=0, failed=[])
     rs = RubricStore(store)
     sid = store.get_session("s3").id
     task_key = splits.train[0].task_key
@@ -143,7 +144,8 @@ def test_verifier_reward_is_unchanged_and_stores_no_rubric_data(setup, tmp_path)
     splits = load_tasks([], path, n_train=2, n_heldout=2, seed=0)
     cfg = SessionConfig(db=store.url, families=[], tasks_file=path, train_tasks=2, heldout_tasks=2, rounds=1, rollouts=2)
     summary = run_session(cfg, store, Roles(FakePolicy(double), FakePolicy(teacher)), splits, "v", checkpointer=InMemorySaver())
-    assert summary["mean_reward"] == 1.0 and "graded_rollouts" not in summary
+    assert summary.mean_reward == 1.0 and summary.rubric is None
+    assert "graded_rollouts" not in summary.model_dump()  # the rubric keys are absent from --json, not null
     rows = RubricStore(store).session_rollouts(store.get_session("v").id)
     assert all(x.grading_status is None and x.hack_flags is None and eligible_for_training(x) for x, _ in rows)
 
@@ -221,9 +223,10 @@ def test_online_rubric_versions_obey_the_criterion_limit_of_the_first(tmp_path):
             assert history[-1].criteria[-1].title == NEW_CRITERION["title"]
             with pytest.raises(ValueError, match=f"at most {MAX_CRITERIA} criteria"):  # the store refuses more too
                 rs.add_version(sid, t.task_key, [second], parent_id=history[-1].id)
-        updates = summary["online_rubric_updates"]
-        assert updates["versions_added"] == 2 and updates["criteria_over_limit"] == 2
-        assert any(f"limit of {MAX_CRITERIA}" in f for f in updates["failed"])  # the second update: rubrics full, teacher not asked
+        updates = summary.online_rubric_updates
+        assert updates.versions_added == 2 and updates.criteria_over_limit == 2
+        # the second update: rubrics full, teacher not asked
+        assert any(f"limit of {MAX_CRITERIA}" in f for f in updates.failed)
         online_asks = [m for m, _ in r.teacher.calls if m[0]["content"] == ONLINE_SYSTEM]
         assert len(online_asks) == 2  # one per task in the first update only
     finally:

@@ -12,6 +12,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from agents.roles.solver import SOLVER_SYSTEM
+from arena.session.summary import EvalFigure, RunSummary
 from arena.stats import wilson_interval
 from arena.tasks.extract import extract_answer
 from arena.tasks.sources import load_tasks
@@ -34,10 +35,10 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path, li
     proc = subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "s3cret-pw" not in proc.stdout + proc.stderr
-    summary = json.loads(proc.stdout)
+    summary = RunSummary.model_validate_json(proc.stdout)  # every key the model's: an unknown one fails here
     # 2 groups of 3, plus 3 guided re-attempts for each all-fail group (how many depends on the sampled rollouts)
-    assert summary["session"] == "tiny" and summary["episodes"] == 2
-    assert summary["rollouts"] == 6 + 3 * summary["guided_groups"]
+    assert summary.session == "tiny" and summary.episodes == 2
+    assert summary.rollouts == 6 + 3 * summary.hints.guided_groups
 
     tasks = {t.task_key: t for t in load_tasks([FAMILY], None, 2, 4, 3).train}
     engine = create_engine(parse_url(db))
@@ -55,14 +56,14 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path, li
     # each held-out figure is its 4 stored per-task rewards: pass@1 = passes / 4, the Wilson interval of passes of 4
     for key in ("heldout_before", "heldout_after", "heldout_after_no_lessons"):
         passes = sum(t["reward"] >= 1.0 for t in evaluations[key])
-        assert len(evaluations[key]) == 4 and summary[key] == {
-            "pass_at_1": round(passes / 4, 4), "n": 4, "ci95": [round(x, 4) for x in wilson_interval(passes, 4)]}, key
+        assert len(evaluations[key]) == 4 and getattr(summary, key) == EvalFigure(
+            pass_at_1=round(passes / 4, 4), n=4, ci95=tuple(round(x, 4) for x in wilson_interval(passes, 4))), key
     # the lesson counts of the summary are the library's rows, counted here one by one (a fresh library: every
     # lesson in it was written by this session's teacher, who reflected on real groups, so the counts vary by run)
-    assert len(episodes) == summary["episodes"]
+    assert len(episodes) == summary.episodes
     in_session = {e.id for e in episodes}
     adds = [ev for ev in events if ev.op == "ADD" and ev.episode_id in in_session]
-    assert summary["lessons_added"] == len(adds) == len({ev.lesson_id for ev in adds})  # one ADD per lesson born
+    assert summary.lessons_added == len(adds) == len({ev.lesson_id for ev in adds})  # one ADD per lesson born
     # every lesson in the library was born in this session: added, or the result of a merge (its MERGE event has no
     # target; a merged source's has)
     born = {ev.lesson_id for ev in events if ev.op == "ADD" or (ev.op == "MERGE" and ev.target_lesson_id is None)}
@@ -70,14 +71,14 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path, li
     statuses = [les.status for les in lessons]
     assert set(statuses) <= {"active", "candidate", "retired"}  # nothing distilled without a sleep
     for status in ("active", "candidate", "retired"):
-        assert summary[f"lessons_{status}"] == statuses.count(status), status
+        assert getattr(summary, f"lessons_{status}") == statuses.count(status), status
     history = {les.id: {ev.op for ev in events if ev.lesson_id == les.id} for les in lessons}
     assert all("PROMOTE" in history[les.id] for les in lessons if les.status == "active")  # only the A/B promotes
     assert all({"RETIRE", "MERGE"} & history[les.id] for les in lessons if les.status == "retired")
-    assert summary["reflections_failed"] == sum(e.reflection_error is not None for e in episodes)
-    assert summary["curation_rejected"] == sum(len(e.curation_rejected or []) for e in episodes)
+    assert summary.reflections_failed == sum(e.reflection_error is not None for e in episodes)
+    assert summary.curation_rejected == sum(len(e.curation_rejected or []) for e in episodes)
     assert len(stored) == 1 and "s3cret-pw" not in json.dumps(stored)  # a shared library holds no password
-    assert len(rows) == summary["rollouts"]
+    assert len(rows) == summary.rollouts
     rewards = []
     for rollout, task_key in rows:
         task = tasks[task_key]
@@ -98,7 +99,7 @@ def test_arena_run_stores_rollouts_whose_rewards_match_the_verifier(tmp_path, li
             assert user == task.question
             rewards.append(rollout.reward)
     assert len(rewards) == 6  # mean_reward is over the unguided rollouts
-    assert summary["mean_reward"] == pytest.approx(sum(rewards) / len(rewards), abs=1e-4)
+    assert summary.mean_reward == pytest.approx(sum(rewards) / len(rewards), abs=1e-4)
 
 
 def _ignoring_interrupts() -> None:
@@ -167,11 +168,11 @@ def test_arena_run_with_the_embedded_teacher_end_to_end(tmp_path):
             "--rollouts", "4", "--max-tokens", "32", "--seed", "5", "--reflect-on", "all", "--session", "t", "--json"]
     proc = subprocess.run([sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout)
-    assert summary["cycles"][0]["adapter_id"] is None  # 2 episodes: too few for the automatic sleep
-    teacher = summary["role_speed"]["teacher"]
-    assert teacher["model"] == EMBEDDED_TEACHER and teacher["calls"] >= 2 and teacher["tokens_per_s"] > 0
-    assert summary["role_speed"]["solver"]["model"].startswith("local:")
+    summary = RunSummary.model_validate_json(proc.stdout)
+    assert summary.cycles[0].adapter_id is None  # 2 episodes: too few for the automatic sleep
+    teacher = summary.role_speed["teacher"]
+    assert teacher.model == EMBEDDED_TEACHER and teacher.calls >= 2 and teacher.tokens_per_s > 0
+    assert summary.role_speed["solver"].model.startswith("local:")
     engine = create_engine(parse_url(db))
     with Session(engine) as s:
         reflections = [r for r in s.execute(select(EpisodeRow.reflection)).scalars() if r is not None]

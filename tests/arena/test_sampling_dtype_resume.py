@@ -69,7 +69,7 @@ def test_a_resume_in_another_dtype_is_refused_and_writes_nothing(interrupted):
         assert len(store.finished_episode_keys(store.get_session("s").id)) == episodes == 1
         summary = run_session(resumed, store, roles(torch.bfloat16), splits, "s", resume=True,
                               checkpointer=InMemorySaver())
-    assert summary["episodes"] == 2 and summary["session"] == "s"
+    assert summary.episodes == 2 and summary.session == "s"
 
 
 def test_api_solvers_and_older_sessions_have_no_dtype_to_check(interrupted):
@@ -78,7 +78,7 @@ def test_api_solvers_and_older_sessions_have_no_dtype_to_check(interrupted):
         older = SessionConfig.model_validate({**store.get_session("s").config, "sampling_dtype": None})
         summary = run_session(older, store, roles(torch.float32), splits, "s", resume=True,
                               checkpointer=InMemorySaver())
-    assert summary["episodes"] == 2
+    assert summary.episodes == 2
     with LessonStore(cfg.db) as store:  # an API solver (no dtype) starts a session that records none
         new = cfg.model_copy(update={"db": cfg.db})
         run_session(new, store, roles(None), splits, "api", checkpointer=InMemorySaver())

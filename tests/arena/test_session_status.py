@@ -52,7 +52,7 @@ def test_a_ctrl_c_while_the_summary_is_built_marks_the_session_interrupted_and_r
         monkeypatch.setattr(runner, "build_summary", real)
         summary = run_session(cfg, store, roles, splits, "s", resume=True, checkpointer=InMemorySaver())
         assert store.get_session("s").status == "finished"
-        assert summary["episodes"] == 2  # the resume re-ran nothing: the two episodes of the first run
+        assert summary.episodes == 2  # the resume re-ran nothing: the two episodes of the first run
 
 
 def test_a_ctrl_c_after_finished_was_committed_leaves_the_session_finished(session, monkeypatch):

@@ -228,6 +228,6 @@ def test_session_runs_utility_checks_every_n_episodes(setup) -> None:
     cfg = SessionConfig(db=str(tmp / "arena.db"), families=[], tasks_file=tmp / "adding.jsonl", train_tasks=4,
                         heldout_tasks=4, rounds=1, rollouts=2, utility_every=2, utility_samples=2)
     summary = run_session(cfg, store, Roles(FakePolicy(solver), FakePolicy(teacher)), splits, "s1", checkpointer=InMemorySaver())
-    assert summary["utility_checks"] == 2  # after episodes 2 and 4
-    assert summary["lessons_active"] == 1 and summary["lessons_candidate"] == 0
+    assert summary.utility_checks == 2  # after episodes 2 and 4
+    assert summary.lessons_active == 1 and summary.lessons_candidate == 0
     assert len(store.utility_history("adding-00001")) == 2

@@ -90,7 +90,7 @@ def test_a_session_counts_verifier_crashes_as_faults(crashing_verifier, splits, 
         evals = store.evaluations(store.get_session("s").id)
     # each held-out evaluation lost its first task, which is ungraded, not failed
     assert evals and all(e.details["faults"] == {"verifier": 1} and e.n == 1 for e in evals.values())
-    assert summary["faults"] == {"verifier": 2 + len(evals)}  # + rollout 0 of the 2 train groups
+    assert summary.faults == {"verifier": 2 + len(evals)}  # + rollout 0 of the 2 train groups
     crashed = [r for r in rows if r.fault == "verifier"]
     assert len(crashed) == 2 and all(r.reward is None and r.grading_status == "ungraded" for r in crashed)
     assert all(r.reward == 0.0 for r in rows if r.fault is None)

@@ -108,7 +108,7 @@ def seen(tmp_path_factory) -> Seen:
                         hint_modes=["plan,feedback,answer"], reflect_on="all", utility_every=0)
     roles = Roles(FakePolicy(solver, "solver"), FakePolicy(teacher, "teacher"), FakePolicy(judge, "judge"))
     summary = run_session(cfg, store, roles, splits, "who", checkpointer=InMemorySaver())
-    assert summary["all_fail_groups"] == 4 and summary["guided_groups"] == 4
+    assert summary.hints.all_fail_groups == 4 and summary.hints.guided_groups == 4
     with store.read() as s:
         errors = {row.task.question: "; ".join(row.hint_rejected or []) for row in s.scalars(select(EpisodeRow))}
     store.close()

@@ -130,10 +130,10 @@ def test_concurrency_does_not_change_stored_results(tmp_path):
     for table in a:
         assert a[table] == b[table], table
     for key in ("episodes", "rollouts", "mean_reward", "lessons_added", "rounds", "heldout_after"):
-        assert summary1[key] == summary4[key]
+        assert getattr(summary1, key) == getattr(summary4, key), key
     # round 1 saw an empty library, rounds 2 and 3 the lessons of the rounds before (rewards rise)
-    assert [r["mean_reward"] for r in summary1["rounds"]] == sorted(r["mean_reward"] for r in summary1["rounds"])
-    assert summary1["rounds"][0]["mean_reward"] < summary1["rounds"][1]["mean_reward"]
+    assert [r.mean_reward for r in summary1.rounds] == sorted(r.mean_reward for r in summary1.rounds)
+    assert summary1.rounds[0].mean_reward < summary1.rounds[1].mean_reward
 
 
 def test_interrupted_concurrent_session_resumes_without_duplicate_rows(tmp_path):
@@ -153,7 +153,7 @@ def test_interrupted_concurrent_session_resumes_without_duplicate_rows(tmp_path)
     assert hint_rows == hinted_tasks
     # the resumed session stored exactly what an uninterrupted, sequential one stores
     assert stored(db) == stored(str(tmp_path / "ref.db"))
-    assert summary["rounds"] == reference["rounds"] and summary["lessons_added"] == reference["lessons_added"]
+    assert summary.rounds == reference.rounds and summary.lessons_added == reference.lessons_added
 
 
 def test_run_bounded_keeps_at_most_n_in_flight_and_reraises_the_first_error():
