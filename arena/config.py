@@ -343,7 +343,7 @@ class SessionConfig(BaseModel):
                 raise ValueError("--sleep-from previous needs a sleep: pass --sleep-objective OBJ or --cycles 2 or more")
             return
         needs = sleep_needs(self.sleep)
-        if gap := solver_capability_gap(self.solver, needs, f"a {self.sleep} sleep trains the solver's weights, which"):
+        if gap := solver_capability_gap(self.solver, needs, f"a sleep ({self.sleep}) trains the solver's weights, which"):
             raise ValueError(f"{gap}; pass --solver {kinds(needs)[0].form} or --cycles 1 without --sleep-objective")
         if self.reward != "verifier" and get_objective(self.sleep).reads_rewards:
             free = [s.name for s in specs() if not s.reads_rewards]

@@ -7,7 +7,7 @@
 
 Run it after changing a command, an option or its help, or an objective's spec, and commit the result:
 
-    python docs/gen_reference.py            # rewrites both pages
+    python docs/gen_reference.py            # rewrites the three pages
     python docs/gen_reference.py --check    # exit 1 if a committed page differs from what it would write
 
 ``tests/arena/test_docs.py`` fails when a committed page is stale. The CLI page is built from the click

@@ -127,11 +127,12 @@ class BackendKind:
     token_counter: Callable[[RoleSpec], Callable[[str], int]] | None = None
 
     def parse(self, spec: str) -> RoleSpec | None:
-        """``spec`` as a spec of this kind, or None when it is not one (``openai:`` needs a model name)."""
+        """``spec`` as a spec of this kind, or None when it is not one (``openai:`` needs a model name, ``openai: m`` has a space)."""
         if self.argument is None:
             return RoleSpec(self, spec, None) if spec == self.name else None
         head, sep, argument = spec.partition(":")
-        ok = sep and head == self.name and argument and "\n" not in argument  # one line: it is shown in messages
+        # one line (it is shown in messages), no space around it: 'openai: gpt' would name the model ' gpt'
+        ok = sep and head == self.name and argument and "\n" not in argument and argument == argument.strip()
         return RoleSpec(self, spec, argument) if ok else None
 
 

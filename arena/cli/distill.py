@@ -54,6 +54,10 @@ def distill(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout at the end.")] = False,
 ) -> None:
     """Distill a session's lessons and guided successes into a LoRA adapter, then evaluate and register it."""
+    try:
+        get_objective(objective)  # before anything that imports torch, and before its default dropout is looked up
+    except ValueError as e:
+        raise fail(f"--objective: {e}") from None
     quiet_libraries()
     from agents.policy import PolicyError
     from arena.distill.config import DistillConfig, TrainConfig, default_dropout
@@ -67,10 +71,6 @@ def distill(
     console = Console(stderr=True)
     store = None
     try:
-        try:
-            get_objective(objective)  # before its default dropout is looked up
-        except ValueError as e:
-            raise fail(f"--objective: {e}") from None
         cfg = DistillConfig(
             objective=objective, success_threshold=success_threshold, lesson_tokens=lesson_tokens,
             eval_max_tokens=eval_max_tokens, min_guided_log_ratio=min_guided_log_ratio, min_examples=min_examples,

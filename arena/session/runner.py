@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agents.backends.registry import build_policy, parse_spec, preflight
-from agents.policy import EndpointFault, Policy
+from agents.policy import EndpointFault, Policy, PolicyError
 from agents.roles.solver import solver_messages
 from arena.config import ConfigError, SessionConfig
 from arena.distill.data import NoTrainingData
@@ -87,9 +87,17 @@ def make_roles(cfg: SessionConfig, adapter: Path | None = None) -> Roles:
         return cache[key]
 
     proposes = cfg.proposer != "teacher" and cfg.proposals_per_round > 0
-    if not proposes and cfg.proposer != "teacher":
-        # named but unused (a fixed curriculum): still a file llama.cpp could load, as the unused --sleep-* flags are checked
-        preflight(cfg.proposer)
+    # every role's cheap checks (a GGUF's header and tensor index) before any model loads, each error naming its flag:
+    # a mistyped --critic path was found only after the teacher's 1.1 GB had been prepared (~14 s). A proposer named
+    # but unused (a fixed curriculum) is checked too, as the unused --sleep-* flags are.
+    named = [("--teacher", cfg.teacher), ("--critic", cfg.critic), ("--proposer", cfg.proposer)]
+    for flag, spec in named:
+        if spec in ("verifier", "teacher"):
+            continue
+        try:
+            preflight(spec)
+        except PolicyError as e:
+            raise PolicyError(f"{flag}: {e}") from None
     return Roles(
         solver=policy(cfg.solver, adapter, cfg.solver_in_flight),
         teacher=policy(cfg.teacher),

@@ -43,7 +43,7 @@ def test_each_spec_kind_parses(spec, kind, argument) -> None:
 
 
 @pytest.mark.parametrize("spec", ["", "gpt4", "LOCAL", "local:x", "openai:", "llamacpp:", "openai", "llamacpp",
-                                  "openai:a\nb", "qwen2.5-coder-1.5b:x", "verifier"])
+                                  "openai:a\nb", "openai: gpt", "llamacpp:x.gguf ", "qwen2.5-coder-1.5b:x", "verifier"])
 def test_a_bad_spec_is_one_line_naming_it_and_the_kinds(spec) -> None:
     with pytest.raises(UnknownSpec) as e:
         parse_spec(spec)

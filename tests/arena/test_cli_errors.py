@@ -259,6 +259,20 @@ def test_a_proposer_gguf_that_is_not_one_is_refused_though_the_curriculum_is_fix
     assert_one_line_error(proc, "is not a GGUF file")
 
 
+def test_a_critic_gguf_that_is_missing_is_refused_first_and_names_its_flag(existing_db, tmp_path):
+    """A new user's trial: `--critic llamacpp:/nonexistent/x.gguf` was refused only after the default teacher's 1.1 GB
+    had been prepared (~14 s), with a line that did not say which flag was wrong. Now every role's file is checked
+    before any model is built (make_roles), so the error carries its flag."""
+    proc = arena("run", "--db", str(existing_db), "--critic", f"llamacpp:{tmp_path / 'nope.gguf'}", "--heldout-tasks", "2")
+    assert_one_line_error(proc, "--critic: ", "nope.gguf does not exist")
+
+
+def test_a_spec_with_a_space_is_refused_before_any_endpoint_is_contacted(existing_db):
+    """`--teacher 'openai: gpt'` named the model ' gpt' and went to the network with it."""
+    assert_one_line_error(arena("run", "--db", str(existing_db), "--teacher", "openai: gpt"), "--teacher: must be", "openai:MODEL",
+                          "got 'openai: gpt'")
+
+
 def test_a_cache_directory_that_cannot_be_made_is_one_line(existing_db, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")

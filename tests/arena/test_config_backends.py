@@ -28,12 +28,12 @@ def test_the_config_refuses_a_solver_without_what_the_session_needs(tmp_path) ->
         "samples: `llamacpp:/x.gguf` cannot; use 'local' or 'openai:MODEL'")
     assert refusal(solver="gpt4") == "must be 'local' or 'openai:MODEL' (the solver is scored and trained), got 'gpt4'"
     assert refusal(solver="openai:m", cycles=2) == (
-        "a distill sleep trains the solver's weights, which needs the local solver, one that scores any completion by "
+        "a sleep (distill) trains the solver's weights, which needs the local solver, one that scores any completion by "
         "teacher forcing and has local weights a LoRA adapter trains on (got --solver openai:m); pass --solver local or "
         "--cycles 1 without --sleep-objective")
     # per objective: opcd rescores nothing, so only the weights are missing
     assert refusal(solver="openai:m", cycles=2, sleep_objective="opcd") == (
-        "a opcd sleep trains the solver's weights, which needs the local solver, one that has local weights a LoRA "
+        "a sleep (opcd) trains the solver's weights, which needs the local solver, one that has local weights a LoRA "
         "adapter trains on (got --solver openai:m); pass --solver local or --cycles 1 without --sleep-objective")
     assert refusal(solver="openai:m", adapter="adapter-0001") == (
         "--adapter needs the local solver, one that has local weights a LoRA adapter trains on (got --solver openai:m)")

@@ -77,7 +77,7 @@ def test_the_architecture_pages_walk_through_is_the_toy_objective():
 
     root = Path(__file__).resolve().parents[2]
     page = (root / "docs" / "architecture.md").read_text(encoding="utf-8")
-    block = page.split("This is `tests/arena/toy_objective.py`, whole:\n\n```python\n", 1)[1].split("```", 1)[0]
+    block = page.split("This is `tests/arena/toy_objective.py`, whole but for its docstring and `from __future__` line:\n\n```python\n", 1)[1].split("```", 1)[0]
     assert (root / "tests" / "arena" / "toy_objective.py").read_text(encoding="utf-8").endswith(block)
 
 
