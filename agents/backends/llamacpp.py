@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from agents.capabilities import Capability
+from agents.backends.registry import LLAMACPP_CAPABILITIES
 from agents.policy import BasePolicy, Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError, RoleStats
 
 DEFAULT_N_CTX = 4096  # context window of the llama.cpp context, tokens (reflection prompts are ~1–2k)
@@ -103,7 +103,7 @@ class LlamaCppPolicy(BasePolicy):
             cannot load it; llama-cpp-python is not installed.
     """
 
-    capabilities = frozenset({Capability.SAMPLE, Capability.PREFILL, Capability.JSON_SCHEMA})
+    capabilities = LLAMACPP_CAPABILITIES  # agents.backends.registry: known there without importing this module
 
     def __init__(self, path: Path, name: str | None = None, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None) -> None:
         self.path = Path(path)

@@ -42,7 +42,7 @@ from agents.backends.batching import (
     row_seed,
 )
 from agents.backends.model_files import smollm2_gguf_path
-from agents.capabilities import Capability
+from agents.backends.registry import LOCAL_CAPABILITIES
 from agents.policy import BasePolicy, Completion, Message, PolicyError, RoleStats
 
 log = logging.getLogger(__name__)
@@ -241,8 +241,7 @@ class LocalPolicy(BasePolicy):
     """
 
     name = "local:SmolLM2-135M-Instruct"
-    capabilities = frozenset({Capability.SAMPLE, Capability.SAMPLE_BATCH, Capability.SAMPLE_LOGPROBS, Capability.SCORE,
-                              Capability.TRAIN_ADAPTER, Capability.PREFILL})
+    capabilities = LOCAL_CAPABILITIES  # agents.backends.registry: known there without importing this module
 
     def __init__(
         self,

@@ -48,7 +48,7 @@ import openai
 from openai import OpenAI
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
-from agents.capabilities import Capability
+from agents.backends.registry import OPENAI_CAPABILITIES
 from agents.policy import BasePolicy, Completion, EndpointFault, LogprobsUnavailable, Message, PolicyError
 from lessons.credentials import redact_credentials
 
@@ -208,7 +208,7 @@ class OpenAIPolicy(BasePolicy):
     no JSON schema, no batch of chats, no local weights; its context window is unknown (None).
     """
 
-    capabilities = frozenset({Capability.SAMPLE, Capability.SAMPLE_LOGPROBS})
+    capabilities = OPENAI_CAPABILITIES  # agents.backends.registry: known there without importing this module
 
     def __init__(
         self,

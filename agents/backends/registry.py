@@ -14,7 +14,7 @@ spec                      backend                                          polic
 
 A kind knows, without loading a model or importing torch: how a spec of it is written and
 normalised (a ``llamacpp:`` path made absolute, so a resume may run from another directory), the
-:class:`~agents.capabilities.Capability` set its policy declares (a test holds the two equal), and
+:class:`~agents.capabilities.Capability` set its policy declares (the class reads it from here), and
 how to build and check that policy. :mod:`arena.config` validates specs and their capabilities
 through it (:func:`require_capabilities`: "objective `grpo` needs a solver that scores any
 completion by teacher forcing: `openai:gpt-4o` cannot"), :func:`arena.session.runner.make_roles`
@@ -22,8 +22,8 @@ builds policies through it (:func:`build_policy`), and the CLI's help lists its 
 (:func:`spec_list`).
 
 Adding a backend: write its policy class (inherit :class:`agents.policy.BasePolicy`, declare
-``capabilities``), then add one :class:`BackendKind` to :data:`BACKENDS` with its spec form, its
-capabilities and a factory that imports the class lazily (this module stays importable without
+``capabilities`` from a set defined here), then add one :class:`BackendKind` to :data:`BACKENDS` with its
+spec form, that set and a factory that imports the class lazily (this module stays importable without
 torch, openai or llama-cpp-python). Validation, help texts and error messages follow from the
 registry. After prime-rl's registries (a table of named entries whose docstring is the extension
 guide) and vLLM's declared model interfaces.
@@ -195,18 +195,20 @@ def _approx_tokens(spec: RoleSpec) -> Callable[[str], int]:
     return approx_tokens  # OpenAIPolicy.count_tokens' estimate: ceil(characters / 4)
 
 
-LLAMACPP_CAPABILITIES = frozenset({Capability.SAMPLE, Capability.PREFILL, Capability.JSON_SCHEMA})  # a GGUF through llama.cpp
+# What each backend class declares (its ``capabilities`` is one of these), written once, here, so that a spec's
+# capabilities are known without importing the class (torch, openai, llama-cpp-python).
+LOCAL_CAPABILITIES = frozenset({Capability.SAMPLE, Capability.SAMPLE_BATCH, Capability.SAMPLE_LOGPROBS, Capability.SCORE,
+                                Capability.TRAIN_ADAPTER, Capability.PREFILL})  # LocalPolicy: torch weights
+OPENAI_CAPABILITIES = frozenset({Capability.SAMPLE, Capability.SAMPLE_LOGPROBS})  # OpenAIPolicy: no teacher forcing
+LLAMACPP_CAPABILITIES = frozenset({Capability.SAMPLE, Capability.PREFILL, Capability.JSON_SCHEMA})  # LlamaCppPolicy
 
 BACKENDS: tuple[BackendKind, ...] = (
     BackendKind(
-        "local", "local", "the embedded SmolLM2-135M in torch",
-        frozenset({Capability.SAMPLE, Capability.SAMPLE_BATCH, Capability.SAMPLE_LOGPROBS, Capability.SCORE,
-                   Capability.TRAIN_ADAPTER, Capability.PREFILL}),
+        "local", "local", "the embedded SmolLM2-135M in torch", LOCAL_CAPABILITIES,
         _build_local, token_counter=_local_tokens,
     ),
     BackendKind(
-        "openai", "openai:MODEL", "an OpenAI-compatible endpoint",
-        frozenset({Capability.SAMPLE, Capability.SAMPLE_LOGPROBS}),
+        "openai", "openai:MODEL", "an OpenAI-compatible endpoint", OPENAI_CAPABILITIES,
         _build_openai, argument="MODEL", concurrent=True, token_counter=_approx_tokens,
     ),
     BackendKind(
