@@ -33,7 +33,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.roles.solver import strip_lessons_section
 from arena.config import ADAPTER_NEEDS, SessionConfig, solver_capability_gap
 from arena.distill.config import DistillConfig
 from arena.distill.data import (

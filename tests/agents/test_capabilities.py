@@ -10,7 +10,6 @@ on CPU), the OpenAI backend on an in-process mock transport, llama.cpp without l
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import re
 from pathlib import Path
